@@ -1,0 +1,34 @@
+# The README's two commands: `make demo` (the main job) and `make test` (the test suite).
+# Both create ./.venv on first use and reinstall when setup.cfg or pyproject.toml change.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+PYTEST_WORKERS ?= 2
+DEMO_DIR ?= runs/demo
+
+.PHONY: install demo test test-slow docs-figures clean
+
+install: $(INSTALLED)
+
+$(INSTALLED): setup.cfg pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "keras-attn needs Python 3.11 (TensorFlow 2.21 wheels); found " + sys.version.split()[0] + ". Run: make PYTHON=/path/to/python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $@
+
+demo: $(INSTALLED)
+	$(BIN)/keras-attn demo --output-dir $(DEMO_DIR)
+
+test: $(INSTALLED)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q
+
+test-slow: $(INSTALLED)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m slow
+
+docs-figures: $(INSTALLED)
+	$(BIN)/python docs/make_figures.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

@@ -1,0 +1,407 @@
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers.attention_mask import merge_attention_masks
+from keras_attn.layers.rotary_embedding import RotaryEmbedding
+from keras_attn.layers.scaled_dot_product_attention import scaled_dot_product_attention
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention (Vaswani et al., 2017, §3.2.2).
+
+        head_h = Attention(Q W_h^Q, K W_h^K, V W_h^V)
+        Z = concat(head_1, ..., head_H) W^O
+
+    Self-attention when only `query` is given, encoder-decoder (cross) attention when
+    `value` (and optionally `key`) come from the encoder. All mask sources (Keras masks,
+    `padding_mask`, `attention_mask`, causal, sliding window) are merged by
+    `merge_attention_masks`; additive biases (T5 buckets, ALiBi) go in `attention_bias`.
+
+    The weights use the layout of `keras.layers.MultiHeadAttention` (`query`, `key`,
+    `value`, `attention_output` sublayers, kernels `(d_model, H, d_k)` and
+    `(H, d_v, d_out)`), so `set_weights(keras_mha.get_weights())` copies one into the
+    other. With `fused_qkv=True` a single `(d_model, 3, H, d_k)` kernel projects Q, K and
+    V in one matmul for self-attention (faster on CPU); cross-attention slices it.
+
+    Incremental decoding uses a key/value cache that is a plain tensor in and out of
+    `call` (so it survives `tf.function`, SavedModel and TFLite export): shape
+    `(B, 2, S_max, H, d_k)`, `[:, 0]` keys and `[:, 1]` values.
+
+    Override hook: subclasses change how per-head scores are formed by overriding
+    `_compute_attention` (see `RelativeMultiHeadAttention`, `ShawRelativeAttention`).
+
+    Args:
+        num_heads: int, number of heads `H`.
+        key_dim: int, size of each query/key head `d_k`.
+        value_dim: int, size of each value head `d_v`. Defaults to `key_dim`.
+        dropout: float, attention-probability dropout rate. Defaults to `0.0`.
+        use_bias: bool, whether the projections have biases. Defaults to `True`.
+        output_dim: int, size of the output projection. Defaults to the query's last dim.
+        fused_qkv: bool, one fused Q/K/V kernel instead of three. Requires
+            `value_dim == key_dim` and equal query/value feature sizes.
+        sliding_window: optional int `w`; query `i` only sees keys with `|i - j| < w`
+            (local attention). Combined with a causal mask: the `w` latest keys.
+        rotary_max_wavelength: optional float; when set, rotary position embeddings
+            (RoPE, Su et al., 2021) rotate queries and keys with this base wavelength.
+        kernel_initializer: initializer for the projection kernels.
+        bias_initializer: initializer for the projection biases.
+        seed: optional int seed for the dropout.
+
+    Call arguments:
+        query: `(B, T, d_query)`.
+        value: optional `(B, S, d_value)`; defaults to `query` (self-attention).
+        key: optional `(B, S, d_key)`; defaults to `value`.
+        padding_mask: optional `(B, S)`, True/1 for real keys, False/0 for padding.
+            Keras implicit masks (`Embedding(mask_zero=True)`, `Masking`) on `query`,
+            `value` and `key` are used too (Keras passes them as `mask`, `query_mask`,
+            `value_mask`, `key_mask`).
+        attention_mask: optional boolean `(B, T, S)`; True where query `t` may see key `s`.
+        attention_bias: optional float broadcastable to `(B, H, T, S)`, added to scores.
+        use_causal_mask: bool, forbid attending to later positions.
+        cache: optional `(B, 2, S_max, H, d_k)` key/value cache.
+        cache_update_index: int or scalar tensor. With a cache: the position the new
+            keys/values are written at (self-attention decoding). `None` with a cache means
+            "the cache holds precomputed encoder keys/values" (cross-attention decoding).
+        return_attention_scores: bool, also return the probabilities `(B, H, T, S)`.
+        training: bool, enables dropout.
+
+    Returns:
+        `(B, T, d_out)` tensor; with `return_attention_scores` a tuple
+        `(output, scores)`; with a cache, the updated cache is appended to the tuple.
+
+    Example:
+    >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = keras.ops.ones((1, 3, 8))
+    >>> tuple(mha(x, use_causal_mask=True).shape)
+    (1, 3, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        fused_qkv=False,
+        sliding_window=None,
+        rotary_max_wavelength=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        seed=None,
+        **kwargs,
+    ):
+        _check_positive_int("num_heads", num_heads)
+        _check_positive_int("key_dim", key_dim)
+        if value_dim is not None:
+            _check_positive_int("value_dim", value_dim)
+        if output_dim is not None:
+            _check_positive_int("output_dim", output_dim)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        if fused_qkv and value_dim is not None and value_dim != key_dim:
+            raise ValueError(
+                "`fused_qkv=True` projects Q, K and V with one kernel, so `value_dim` must "
+                f"equal `key_dim`. Received: key_dim={key_dim}, value_dim={value_dim}"
+            )
+        if sliding_window is not None:
+            _check_positive_int("sliding_window", sliding_window)
+        if rotary_max_wavelength is not None and key_dim % 2:
+            raise ValueError(
+                "Rotary embeddings rotate pairs of features, so `key_dim` must be even. "
+                f"Received: key_dim={key_dim}"
+            )
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim if value_dim is not None else key_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_dim = output_dim
+        self.fused_qkv = fused_qkv
+        self.sliding_window = sliding_window
+        self.rotary_max_wavelength = rotary_max_wavelength
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.seed = seed
+        self.supports_masking = True
+
+    # === Build ===
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        query_dim, value_dim, key_dim = query_shape[-1], value_shape[-1], key_shape[-1]
+        H, dk, dv = self.num_heads, self.key_dim, self.value_dim
+        if self.fused_qkv:
+            if not query_dim == key_dim == value_dim:
+                raise ValueError(
+                    "`fused_qkv=True` needs query, key and value inputs of the same feature "
+                    f"size. Received: query_shape={query_shape}, key_shape={key_shape}, "
+                    f"value_shape={value_shape}"
+                )
+            self.qkv_kernel = self.add_weight(
+                name="qkv_kernel", shape=(query_dim, 3, H, dk),
+                initializer=self._fused_initializer(query_dim),
+            )
+            self.qkv_bias = (
+                self.add_weight(name="qkv_bias", shape=(3, H, dk),
+                                initializer=self.bias_initializer)
+                if self.use_bias else None
+            )
+        else:
+            self.query_dense = self._projection("query", (None, H, dk), query_shape)
+            self.key_dense = self._projection("key", (None, H, dk), key_shape)
+            self.value_dense = self._projection("value", (None, H, dv), value_shape)
+        out_dim = self.output_dim or query_dim
+        self.output_dense = keras.layers.EinsumDense(
+            "abcd,cde->abe", output_shape=(None, out_dim),
+            bias_axes="e" if self.use_bias else None, name="attention_output",
+            **self._dense_kwargs(),
+        )
+        self.output_dense.build((None, None, H, dv))
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, seed=self.seed, dtype=self.dtype_policy
+        )
+        self.rotary_embedding = (
+            RotaryEmbedding(
+                max_wavelength=self.rotary_max_wavelength, dtype=self.dtype_policy,
+                name="rotary_embedding",
+            )
+            if self.rotary_max_wavelength is not None else None
+        )
+        self.built = True
+
+    def _projection(self, name, output_shape, input_shape):
+        layer = keras.layers.EinsumDense(
+            "abc,cde->abde", output_shape=output_shape,
+            bias_axes="de" if self.use_bias else None, name=name, **self._dense_kwargs(),
+        )
+        layer.build(input_shape)
+        return layer
+
+    def _dense_kwargs(self):
+        return dict(
+            kernel_initializer=_clone_initializer(self.kernel_initializer),
+            bias_initializer=_clone_initializer(self.bias_initializer),
+            dtype=self.dtype_policy,
+        )
+
+    def _fused_initializer(self, query_dim):
+        # Each of the three slices must be initialised like an unfused (d, H*dk) kernel,
+        # not like one (d, 3*H*dk) matrix, so fused and unfused models train alike.
+        base = _clone_initializer(self.kernel_initializer)
+        fan_out = self.num_heads * self.key_dim
+
+        def init(shape, dtype=None):
+            parts = [
+                ops.reshape(base((query_dim, fan_out), dtype=dtype), (query_dim, 1) + shape[2:])
+                for _ in range(3)
+            ]
+            return ops.concatenate(parts, axis=1)
+
+        return init
+
+    # === Call ===
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        mask=None,
+        padding_mask=None,
+        attention_mask=None,
+        attention_bias=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        # Keras fills `mask` (one tensor argument) or `<arg>_mask` (several) from the
+        # implicit masks of the inputs; both mean "padded query positions".
+        query_mask = mask if query_mask is None else query_mask
+        self_attention = value is None or value is query
+        if self_attention and value_mask is None:
+            value_mask = query_mask  # Keras only fills `query_mask` when `value` is omitted.
+        if query_mask is not None or value_mask is not None or key_mask is not None:
+            # The masks are consumed here; fresh tensors keep the projection sublayers from
+            # warning that they would drop them.
+            query = ops.copy(query)
+            value = query if self_attention else ops.copy(value)
+            key = None if key is None else ops.copy(key)
+        value = query if value is None else value
+        key = value if key is None else key
+        cross_cache = cache is not None and cache_update_index is None
+        start = cache_update_index if cache is not None else None
+
+        # === Project (B, T, H, dk), (B, S, H, dk), (B, S, H, dv) ===
+        q, k, v = self._project(query, key, value, self_attention, skip_kv=cross_cache)
+        if self.rotary_embedding is not None:
+            rope_start = 0 if start is None else start
+            q = self.rotary_embedding(q, start_index=rope_start)
+            if not cross_cache:
+                k = self.rotary_embedding(k, start_index=rope_start)
+
+        # === Cache: write this step's keys/values, then attend over the whole cache ===
+        filled_mask = None
+        if cache is not None:
+            self._check_cache(cache)
+            if cross_cache:
+                k, v = cache[:, 0], cache[:, 1]  # (B, S_enc, H, dk)
+            else:
+                kv = ops.stack([k, v], axis=1)  # (B, 2, T, H, dk)
+                cache = ops.slice_update(cache, (0, 0, cache_update_index, 0, 0), kv)
+                k, v = cache[:, 0], cache[:, 1]  # (B, S_max, H, dk)
+                # Slots after the ones written so far hold nothing yet.
+                written = ops.cast(cache_update_index, "int32") + ops.shape(q)[1]
+                filled_mask = ops.arange(ops.shape(k)[1], dtype="int32")[None, :] < written
+                filled_mask = ops.broadcast_to(filled_mask, (ops.shape(k)[0], ops.shape(k)[1]))
+
+        # === Mask (B, T, S) ===
+        key_padding = _and_masks(padding_mask, key_mask, None if cross_cache else value_mask)
+        key_padding = _and_masks(key_padding, filled_mask)
+        mask = merge_attention_masks(
+            ops.shape(q)[1], ops.shape(k)[1],
+            query_mask=query_mask, key_mask=key_padding, attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask, sliding_window=self.sliding_window,
+            query_start_index=start,
+        )
+
+        # === Attend and merge heads ===
+        output, scores = self._compute_attention(
+            q, k, v, attention_mask=mask, attention_bias=attention_bias,
+            query_start_index=start, training=training,
+        )  # (B, T, H, dv), (B, H, T, S)
+        output = self.output_dense(output)  # (B, T, d_out)
+
+        result = (output,)
+        if return_attention_scores:
+            result += (scores,)
+        if cache is not None:
+            result += (cache,)
+        return result[0] if len(result) == 1 else result
+
+    def _compute_attention(
+        self, query, key, value, attention_mask=None, attention_bias=None,
+        query_start_index=None, training=None,
+    ):
+        """The override hook: per-head attention on projected tensors.
+
+        Args:
+            query: `(B, T, H, d_k)`. key: `(B, S, H, d_k)`. value: `(B, S, H, d_v)`.
+            attention_mask: boolean broadcastable to `(B, T, S)`, or `None`.
+            attention_bias: float broadcastable to `(B, H, T, S)`, or `None`.
+            query_start_index: absolute position of query 0 among the keys (`None`:
+                aligned with the end of the keys). Relative-position subclasses use it.
+            training: bool, enables attention dropout.
+
+        Returns:
+            `(output, probabilities)`: `(B, T, H, d_v)` and `(B, H, T, S)`.
+        """
+        return scaled_dot_product_attention(
+            query, key, value, attention_mask=attention_mask,
+            attention_bias=attention_bias, scale=1.0 / math.sqrt(self.key_dim),
+            dropout=lambda p: self.dropout_layer(p, training=training),
+        )
+
+    def _project(self, query, key, value, self_attention, skip_kv=False):
+        """Per-head projections; `skip_kv` when keys/values come from a cross cache."""
+        if not self.fused_qkv:
+            q = self.query_dense(query)
+            if skip_kv:
+                return q, None, None
+            return q, self.key_dense(key), self.value_dense(value)
+        kernel = ops.cast(self.qkv_kernel, self.compute_dtype)  # (d, 3, H, dk)
+        bias = None if self.qkv_bias is None else ops.cast(self.qkv_bias, self.compute_dtype)
+
+        def project(x, index):
+            y = ops.einsum("btd,dnhk->btnhk", x, kernel[:, index])
+            return y if bias is None else y + bias[index]
+
+        if self_attention:
+            qkv = project(query, slice(0, 3))  # (B, T, 3, H, dk)
+            return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        q = project(query, slice(0, 1))[:, :, 0]
+        if skip_kv:
+            return q, None, None
+        if key is value:
+            kv = project(value, slice(1, 3))  # (B, S, 2, H, dk)
+            return q, kv[:, :, 0], kv[:, :, 1]
+        return q, project(key, slice(1, 2))[:, :, 0], project(value, slice(2, 3))[:, :, 0]
+
+    def compute_cross_attention_cache(self, value, key=None):
+        """Projects encoder outputs once into a `(B, 2, S, H, d_k)` cross-attention cache."""
+        key = value if key is None else key
+        if self.fused_qkv:
+            _, k, v = self._project(value, key, value, self_attention=False)
+        else:
+            k, v = self.key_dense(key), self.value_dense(value)
+        if self.rotary_embedding is not None:
+            k = self.rotary_embedding(k, start_index=0)
+        return ops.stack([k, v], axis=1)
+
+    def _check_cache(self, cache):
+        shape = tuple(cache.shape)
+        expected = (2, None, self.num_heads, self.key_dim)
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A key/value cache stores keys and values in one tensor, so it needs "
+                f"`value_dim == key_dim`. Received: key_dim={self.key_dim}, "
+                f"value_dim={self.value_dim}"
+            )
+        if len(shape) != 5 or shape[1] != 2 or shape[3:] != expected[2:]:
+            raise ValueError(
+                "`cache` must have shape (batch, 2, max_length, num_heads, key_dim) = "
+                f"(batch, 2, max_length, {self.num_heads}, {self.key_dim}): a key_dim or "
+                f"num_heads mismatch with the layer. Received: cache.shape={shape}"
+            )
+
+    def compute_mask(self, query, value=None, key=None, query_mask=None, mask=None, **kwargs):
+        return mask if query_mask is None else query_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            key_dim=self.key_dim,
+            value_dim=self.value_dim,
+            dropout=self.dropout,
+            use_bias=self.use_bias,
+            output_dim=self.output_dim,
+            fused_qkv=self.fused_qkv,
+            sliding_window=self.sliding_window,
+            rotary_max_wavelength=self.rotary_max_wavelength,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            seed=self.seed,
+        )
+        return config
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value}")
+
+
+def _and_masks(*masks):
+    masks = [ops.cast(m, "bool") for m in masks if m is not None]
+    if not masks:
+        return None
+    merged = masks[0]
+    for m in masks[1:]:
+        merged = ops.logical_and(merged, m)
+    return merged
+
+
+def _clone_initializer(initializer):
+    # A shared initializer instance with a seed would give every kernel the same values.
+    return initializer.__class__.from_config(initializer.get_config())
