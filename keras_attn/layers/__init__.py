@@ -8,6 +8,8 @@ from keras_attn.layers.attention_mask import query_key_positions
 from keras_attn.layers.attention_mask import sliding_window_mask
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
+from keras_attn.layers.relative_multi_head_attention import relative_shift
 from keras_attn.layers.rotary_embedding import RotaryEmbedding
 from keras_attn.layers.scaled_dot_product_attention import masked_softmax
 from keras_attn.layers.scaled_dot_product_attention import scaled_dot_product_attention
@@ -16,21 +18,25 @@ from keras_attn.layers.sinusoidal_position_encoding import sinusoidal_table
 from keras_attn.layers.t5_relative_position_bias import T5RelativePositionBias
 from keras_attn.layers.t5_relative_position_bias import relative_position_bucket
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.transformer_xl_block import TransformerXLBlock
 
 __all__ = [
     "AlibiBias",
     "MultiHeadAttention",
     "PositionEmbedding",
+    "RelativeMultiHeadAttention",
     "RotaryEmbedding",
     "SinusoidalPositionEncoding",
     "T5RelativePositionBias",
     "TokenAndPositionEmbedding",
+    "TransformerXLBlock",
     "alibi_slopes",
     "causal_mask",
     "masked_softmax",
     "merge_attention_masks",
     "query_key_positions",
     "relative_position_bucket",
+    "relative_shift",
     "scaled_dot_product_attention",
     "sinusoidal_table",
     "sliding_window_mask",

@@ -1,0 +1,224 @@
+import keras
+from keras import ops
+
+from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerXLBlock(keras.layers.Layer):
+    """One Transformer-XL layer: relative attention over [memory; segment] + FFN.
+
+    Dai et al., 2019, "Transformer-XL: Attentive Language Models Beyond a Fixed-Length
+    Context", §3.2–3.3. For layer `n` and the current segment `h = h^{n-1}`:
+
+        h~ = [SG(m^{n-1}) ∘ h]                              (memory: no gradient)
+        a  = RelativeMultiHeadAttention(q from h, k and v from h~)
+        o  = LayerNorm(h + Dropout(a))                      (post-LN, the default)
+        h^n = LayerNorm(o + Dropout(W_2 act(W_1 o + b_1) + b_2))
+
+    With `norm_first=True` (pre-LN, the official code's `pre_lnorm`) the norms move
+    inside the residual branches, `o = h + Dropout(Attn(LN(h), LN(m)))` and
+    `h^n = o + Dropout(FFN(LN(o)))`; the memory goes through the same norm as the
+    segment, so it is exactly what the keys would have been in one long sequence.
+
+    The memory for the next segment is this layer's *input* `h^{n-1}`, not its output:
+    `new_memory = SG([m ∘ h][:, -memory_length:])`. Feeding it back at the next segment
+    makes that segment's outputs equal to those of one causal pass over the
+    concatenated sequence, which relative positions make possible.
+
+    Args:
+        num_heads: int, number of attention heads.
+        intermediate_dim: int, hidden size of the feed-forward network.
+        key_dim: int, size of each head. Defaults to `d_model // num_heads`.
+        memory_length: int, number of past hidden states kept in `new_memory`. Defaults
+            to `None`: the length of the current segment (the paper's training setup,
+            memory length = segment length).
+        dropout: float, dropout on the attention probabilities and on both residual
+            branches. Defaults to `0.0`.
+        activation: activation of the feed-forward network. Defaults to `"relu"`.
+        layer_norm_epsilon: float. Defaults to `1e-5`.
+        norm_first: bool, pre-LN instead of post-LN. Defaults to `False`.
+        kernel_initializer: initializer for every kernel. Defaults to `"glorot_uniform"`.
+
+    Call arguments:
+        inputs: `(B, T, d_model)`, the current segment's hidden states `h^{n-1}`.
+        memory: optional `(B, M, d_model)`, the previous `new_memory` of this layer.
+        padding_mask: optional `(B, T)` or `(B, M + T)` key padding mask (see
+            `RelativeMultiHeadAttention`); a Keras mask on `inputs` works as `(B, T)`.
+        use_causal_mask: bool, query `i` sees the memory and segment keys up to itself.
+            Defaults to `True` (language modelling).
+        training: bool, enables dropout.
+
+    Returns:
+        Tuple `(outputs, new_memory)`: `(B, T, d_model)` and
+        `(B, memory_length, d_model)` (`(B, T, d_model)` by default).
+
+    Example:
+    >>> block = TransformerXLBlock(num_heads=2, intermediate_dim=16)
+    >>> segment_1, segment_2 = keras.ops.ones((1, 4, 8)), keras.ops.zeros((1, 4, 8))
+    >>> out_1, memory = block(segment_1)
+    >>> out_2, memory = block(segment_2, memory=memory)
+    >>> tuple(out_2.shape), tuple(memory.shape)
+    ((1, 4, 8), (1, 4, 8))
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        key_dim=None,
+        memory_length=None,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        norm_first=False,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        _check_positive_int("num_heads", num_heads)
+        _check_positive_int("intermediate_dim", intermediate_dim)
+        if key_dim is not None:
+            _check_positive_int("key_dim", key_dim)
+        if memory_length is not None:
+            _check_positive_int("memory_length", memory_length)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        if layer_norm_epsilon <= 0:
+            raise ValueError(
+                "`layer_norm_epsilon` must be positive. "
+                f"Received: layer_norm_epsilon={layer_norm_epsilon}"
+            )
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.key_dim = key_dim
+        self.memory_length = memory_length
+        self.dropout = dropout
+        self.activation = keras.activations.get(activation)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.norm_first = norm_first
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+
+    # === Build ===
+
+    def build(self, inputs_shape):
+        d_model = inputs_shape[-1]
+        key_dim = self.key_dim
+        if key_dim is None:
+            if d_model is None or d_model % self.num_heads:
+                raise ValueError(
+                    "Without `key_dim`, the model width must split evenly over the heads "
+                    f"(key_dim = d_model // num_heads). Received: num_heads={self.num_heads}"
+                    f", inputs_shape={tuple(inputs_shape)}"
+                )
+            key_dim = d_model // self.num_heads
+        self.self_attention = RelativeMultiHeadAttention(
+            num_heads=self.num_heads, key_dim=key_dim, dropout=self.dropout,
+            kernel_initializer=self._initializer(), dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.self_attention.build(inputs_shape)
+        self.self_attention_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+            name="self_attention_layer_norm",
+        )
+        self.self_attention_layer_norm.build(inputs_shape)
+        self.self_attention_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
+        )
+        self.feedforward_intermediate_dense = keras.layers.Dense(
+            self.intermediate_dim, activation=self.activation,
+            kernel_initializer=self._initializer(), dtype=self.dtype_policy,
+            name="feedforward_intermediate_dense",
+        )
+        self.feedforward_intermediate_dense.build(inputs_shape)
+        self.feedforward_output_dense = keras.layers.Dense(
+            d_model, kernel_initializer=self._initializer(), dtype=self.dtype_policy,
+            name="feedforward_output_dense",
+        )
+        self.feedforward_output_dense.build(tuple(inputs_shape[:-1]) + (self.intermediate_dim,))
+        self.feedforward_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+            name="feedforward_layer_norm",
+        )
+        self.feedforward_layer_norm.build(inputs_shape)
+        self.feedforward_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
+        )
+        self.built = True
+
+    def _initializer(self):
+        # A shared seeded initializer instance would give every kernel the same values.
+        initializer = self.kernel_initializer
+        return initializer.__class__.from_config(initializer.get_config())
+
+    # === Call ===
+
+    def call(self, inputs, memory=None, padding_mask=None, use_causal_mask=True,
+             training=None, inputs_mask=None, mask=None):
+        # Keras fills `mask` (inputs alone) or `inputs_mask` (with memory) from the
+        # implicit mask of the inputs.
+        implicit_mask = mask if inputs_mask is None else inputs_mask
+        if padding_mask is None:
+            padding_mask = implicit_mask
+        if implicit_mask is not None:
+            inputs = ops.copy(inputs)  # consumed here: keep the sublayers from warning
+        if memory is not None:
+            memory = ops.cast(memory, inputs.dtype)  # (B, M, d)
+
+        # === Relative self-attention over [SG(memory); inputs] ===
+        x = inputs  # (B, T, d)
+        attention_input, attention_memory = x, memory
+        if self.norm_first:
+            attention_input = self.self_attention_layer_norm(x)  # (B, T, d)
+            if memory is not None:
+                attention_memory = self.self_attention_layer_norm(memory)  # (B, M, d)
+        attention = self.self_attention(
+            attention_input, memory=attention_memory, padding_mask=padding_mask,
+            use_causal_mask=use_causal_mask, training=training,
+        )  # (B, T, d)
+        x = x + self.self_attention_dropout(attention, training=training)  # (B, T, d)
+        if not self.norm_first:
+            x = self.self_attention_layer_norm(x)
+
+        # === Position-wise feed-forward ===
+        residual = x
+        if self.norm_first:
+            x = self.feedforward_layer_norm(x)
+        x = self.feedforward_intermediate_dense(x)  # (B, T, d_ff)
+        x = self.feedforward_output_dense(x)  # (B, T, d)
+        x = residual + self.feedforward_dropout(x, training=training)  # (B, T, d)
+        if not self.norm_first:
+            x = self.feedforward_layer_norm(x)
+
+        # === Memory for the next segment: this layer's inputs, newest last ===
+        if self.memory_length is None:
+            new_memory = inputs  # (B, T, d)
+        else:
+            history = inputs if memory is None else ops.concatenate([memory, inputs], axis=1)
+            new_memory = history[:, -self.memory_length:]  # (B, <= memory_length, d)
+        return x, ops.stop_gradient(new_memory)
+
+    def compute_mask(self, inputs, mask=None, **kwargs):
+        return (mask, None)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            intermediate_dim=self.intermediate_dim,
+            key_dim=self.key_dim,
+            memory_length=self.memory_length,
+            dropout=self.dropout,
+            activation=keras.activations.serialize(self.activation),
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            norm_first=self.norm_first,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value}")
