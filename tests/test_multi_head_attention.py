@@ -120,6 +120,20 @@ def test_implicit_keras_mask_matches_padding_mask():
     assert_implicit_mask_matches_explicit(layer, X, PADDING, {"use_causal_mask": True})
 
 
+def test_keras_mask_reaches_the_output():
+    masked = keras.layers.Masking(0.0)(np.where(PADDING[..., None], X, 0.0))
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    for output in (layer(masked), layer(masked, masked)):
+        np.testing.assert_array_equal(ops.convert_to_numpy(output._keras_mask), PADDING)
+    symbolic = keras.Input((None, 8))
+    out = layer(keras.layers.Masking(0.0)(symbolic))
+    pooled = keras.layers.GlobalAveragePooling1D()(out)  # averages real steps only
+    model = keras.Model(symbolic, pooled)
+    x = np.where(PADDING[..., None], X, 0.0).astype("float32")
+    expected = ops.convert_to_numpy(layer(x, padding_mask=PADDING))[0, :3].mean(0)
+    np.testing.assert_allclose(model.predict(x, verbose=0)[0], expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("fused_qkv", [False, True])
 @pytest.mark.parametrize("rotary", [None, 10000])
 def test_kv_cache_step_by_step_equals_full_decoding(fused_qkv, rotary):

@@ -11,13 +11,18 @@ from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_attn.layers.relative_multi_head_attention import relative_shift
 from keras_attn.layers.rotary_embedding import RotaryEmbedding
+from keras_attn.layers.scored_attention import ScoredAttention
 from keras_attn.layers.scaled_dot_product_attention import masked_softmax
 from keras_attn.layers.scaled_dot_product_attention import scaled_dot_product_attention
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_attn.layers.shaw_relative_attention import ShawRelativeAttention
+from keras_attn.layers.shaw_relative_attention import clipped_relative_positions
 from keras_attn.layers.sinusoidal_position_encoding import sinusoidal_table
 from keras_attn.layers.t5_relative_position_bias import T5RelativePositionBias
 from keras_attn.layers.t5_relative_position_bias import relative_position_bucket
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
+from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.transformer_xl_block import TransformerXLBlock
 
 __all__ = [
@@ -26,12 +31,17 @@ __all__ = [
     "PositionEmbedding",
     "RelativeMultiHeadAttention",
     "RotaryEmbedding",
+    "ScoredAttention",
+    "ShawRelativeAttention",
     "SinusoidalPositionEncoding",
     "T5RelativePositionBias",
     "TokenAndPositionEmbedding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
     "TransformerXLBlock",
     "alibi_slopes",
     "causal_mask",
+    "clipped_relative_positions",
     "masked_softmax",
     "merge_attention_masks",
     "query_key_positions",

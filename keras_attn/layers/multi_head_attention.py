@@ -230,7 +230,7 @@ class MultiHeadAttention(keras.layers.Layer):
         # implicit masks of the inputs; both mean "padded query positions".
         query_mask = mask if query_mask is None else query_mask
         self_attention = value is None or value is query
-        if self_attention and value_mask is None:
+        if self_attention and value_mask is None and cache is None:
             value_mask = query_mask  # Keras only fills `query_mask` when `value` is omitted.
         if query_mask is not None or value_mask is not None or key_mask is not None:
             # The masks are consumed here; fresh tensors keep the projection sublayers from
@@ -365,8 +365,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"num_heads mismatch with the layer. Received: cache.shape={shape}"
             )
 
-    def compute_mask(self, query, value=None, key=None, query_mask=None, mask=None, **kwargs):
-        return mask if query_mask is None else query_mask
+    def compute_mask(self, query, previous_mask=None):
+        # Keras calls `compute_mask(first_input, its_mask)`: outputs are per query.
+        return previous_mask
 
     def get_config(self):
         config = super().get_config()

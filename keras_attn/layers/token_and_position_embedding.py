@@ -140,7 +140,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         positions = self.position_embedding(embedded, start_index=start_index)  # (B, T, d)
         return embedded + ops.cast(positions, embedded.dtype)
 
-    def compute_mask(self, token_ids, segment_ids=None, mask=None, start_index=0):
+    def compute_mask(self, token_ids, previous_mask=None):
         if not self.mask_zero:
             return None
         return ops.not_equal(token_ids, 0)

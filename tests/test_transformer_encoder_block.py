@@ -1,0 +1,291 @@
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+from tests.layer_test_case import assert_implicit_mask_matches_explicit
+from tests.layer_test_case import run_layer_test
+
+B, T, D, H, FF = 2, 4, 8, 2, 16
+
+
+# === numpy reference of the paper's formulas, written from the weights alone ===
+
+
+def mha_weights(mha):
+    """Per-head numpy weights of a keras-attn MultiHeadAttention, fused or not."""
+    if mha.fused_qkv:
+        kernel = ops.convert_to_numpy(mha.qkv_kernel)  # (d, 3, H, dk)
+        bias = ops.convert_to_numpy(mha.qkv_bias)  # (3, H, dk)
+        w = {n: (kernel[:, i], bias[i]) for i, n in enumerate("qkv")}
+    else:
+        w = {
+            n: tuple(ops.convert_to_numpy(v) for v in (dense.kernel, dense.bias))
+            for n, dense in zip("qkv", (mha.query_dense, mha.key_dense, mha.value_dense))
+        }
+    w["o"] = tuple(ops.convert_to_numpy(v) for v in (mha.output_dense.kernel,
+                                                      mha.output_dense.bias))
+    return w
+
+
+def np_mha(xq, xkv, w, mask):
+    """Multi-head attention for one example: xq (T, d), xkv (S, d), mask (T, S) bool."""
+    (wq, bq), (wk, bk), (wv, bv), (wo, bo) = w["q"], w["k"], w["v"], w["o"]
+    out = np.zeros((xq.shape[0], wo.shape[-1]))
+    for h in range(wq.shape[1]):
+        q = xq @ wq[:, h] + bq[h]  # (T, dk)
+        k = xkv @ wk[:, h] + bk[h]  # (S, dk)
+        v = xkv @ wv[:, h] + bv[h]  # (S, dv)
+        z = np.zeros((xq.shape[0], v.shape[1]))
+        for i in range(xq.shape[0]):
+            if not mask[i].any():
+                continue
+            s = np.array([q[i] @ k[j] / math.sqrt(q.shape[1]) for j in range(len(k))])
+            e = np.where(mask[i], np.exp(s - s[mask[i]].max()), 0.0)
+            z[i] = (e / e.sum()) @ v
+        out += z @ wo[h]  # concat(heads) W^O, one head's rows at a time
+    return out + bo
+
+
+def np_layer_norm(x, ln):
+    gamma, beta = (ops.convert_to_numpy(v) for v in (ln.gamma, ln.beta))
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + ln.epsilon) * gamma + beta
+
+
+def np_ffn(x, block, activation):
+    w1, b1 = (ops.convert_to_numpy(v) for v in block.feedforward_intermediate_dense.weights)
+    w2, b2 = (ops.convert_to_numpy(v) for v in block.feedforward_output_dense.weights)
+    return activation(x @ w1 + b1) @ w2 + b2
+
+
+def np_relu(x):
+    return np.maximum(x, 0.0)
+
+
+def np_gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def np_encoder_block(block, x, mask, activation):
+    """Post-LN: y = LN(x + SA(x)); z = LN(y + FFN(y)). Pre-LN: y = x + SA(LN(x)); ..."""
+    w = mha_weights(block.self_attention)
+    sa_ln, ff_ln = block.self_attention_layer_norm, block.feedforward_layer_norm
+    out = np.zeros_like(x, dtype="float64")
+    for b in range(x.shape[0]):
+        xb = x[b].astype("float64")
+        if block.norm_first:
+            h = np_layer_norm(xb, sa_ln)
+            y = xb + np_mha(h, h, w, mask[b])
+            out[b] = y + np_ffn(np_layer_norm(y, ff_ln), block, activation)
+        else:
+            y = np_layer_norm(xb + np_mha(xb, xb, w, mask[b]), sa_ln)
+            out[b] = np_layer_norm(y + np_ffn(y, block, activation), ff_ln)
+    return out
+
+
+def randomize(block, seed=0):
+    """Non-trivial biases and LayerNorm gains, so the test sees every weight."""
+    rng = np.random.default_rng(seed)
+    block.set_weights([rng.normal(scale=0.4, size=w.shape) for w in block.get_weights()])
+
+
+def padded_inputs(seed=0, lengths=(4, 2)):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    padding_mask = np.arange(T)[None, :] < np.array(lengths)[:, None]  # (B, T)
+    return x, padding_mask
+
+
+# === Numbers ===
+
+
+def test_post_ln_matches_numpy_formula():
+    x, padding_mask = padded_inputs()
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF)
+    block(x)
+    randomize(block)
+    out = ops.convert_to_numpy(block(x, padding_mask=padding_mask))
+    mask = np.repeat(padding_mask[:, None, :], T, axis=1)  # (B, T, S): keys only
+    np.testing.assert_allclose(out, np_encoder_block(block, x, mask, np_relu), atol=1e-5)
+
+
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_pre_ln_matches_numpy_formula(fused_qkv):
+    x, padding_mask = padded_inputs(1)
+    block = TransformerEncoderBlock(
+        num_heads=H, intermediate_dim=FF, norm_first=True, fused_qkv=fused_qkv,
+        activation="gelu_approximate", layer_norm_epsilon=1e-3,
+    )
+    block(x)
+    randomize(block, 1)
+    out = ops.convert_to_numpy(block(x, padding_mask=padding_mask, use_causal_mask=True))
+    mask = padding_mask[:, None, :] & np.tril(np.ones((T, T), bool))[None]  # (B, T, S)
+    np.testing.assert_allclose(
+        out, np_encoder_block(block, x, mask, np_gelu_tanh), atol=1e-5
+    )
+
+
+def test_post_ln_output_is_normalized_and_pre_ln_is_not():
+    x = np.random.default_rng(2).normal(size=(B, T, D)).astype("float32") * 5.0
+    post = ops.convert_to_numpy(TransformerEncoderBlock(H, FF)(x))
+    pre = ops.convert_to_numpy(TransformerEncoderBlock(H, FF, norm_first=True)(x))
+    # LN with gamma=1, beta=0 at init: every post-LN position has zero mean, unit variance.
+    np.testing.assert_allclose(post.mean(-1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(post.var(-1), 1.0, atol=1e-3)
+    assert np.abs(pre.var(-1) - 1.0).max() > 1.0  # the residual stream is left unscaled
+
+
+def test_attention_scores_respect_the_padding_mask():
+    x, padding_mask = padded_inputs()
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF)
+    out, scores = block(x, padding_mask=padding_mask, return_attention_scores=True)
+    scores = ops.convert_to_numpy(scores)
+    assert out.shape == (B, T, D) and scores.shape == (B, H, T, T)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-6)
+    assert np.all(scores[1, :, :, 2:] == 0.0)  # example 1 has two real tokens
+
+
+def test_explicit_key_dim_allows_indivisible_model_size():
+    x = np.ones((B, T, 10), "float32")
+    block = TransformerEncoderBlock(num_heads=3, intermediate_dim=FF, key_dim=4)
+    assert block(x).shape == (B, T, 10)
+    assert block.self_attention.query_dense.kernel.shape == (10, 3, 4)
+
+
+def test_dropout_only_in_training():
+    x, _ = padded_inputs()
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF, dropout=0.5)
+    first, second = (ops.convert_to_numpy(block(x)) for _ in range(2))
+    np.testing.assert_array_equal(first, second)
+    assert not np.allclose(ops.convert_to_numpy(block(x, training=True)), first)
+    assert block.self_attention.dropout == 0.5  # attention_dropout defaults to dropout
+    assert TransformerEncoderBlock(H, FF, dropout=0.5, attention_dropout=0.0).get_config()[
+        "attention_dropout"] == 0.0
+
+
+# === Invariants ===
+
+
+def test_padding_never_changes_unpadded_outputs():
+    x, padding_mask = padded_inputs(3)
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF)
+    block(x)
+    randomize(block, 3)
+    base = ops.convert_to_numpy(block(x, padding_mask=padding_mask))
+
+    # Other values in the padded slots.
+    noisy = np.where(padding_mask[..., None], x, 100.0 * np.random.default_rng(4).normal(
+        size=x.shape)).astype("float32")
+    changed = ops.convert_to_numpy(block(noisy, padding_mask=padding_mask))
+    np.testing.assert_allclose(changed[padding_mask], base[padding_mask], atol=1e-5)
+
+    # More padding at the end.
+    longer = np.concatenate([x, np.full((B, 3, D), 7.0, "float32")], axis=1)
+    longer_mask = np.concatenate([padding_mask, np.zeros((B, 3), bool)], axis=1)
+    extended = ops.convert_to_numpy(block(longer, padding_mask=longer_mask))[:, :T]
+    np.testing.assert_allclose(extended[padding_mask], base[padding_mask], atol=1e-5)
+
+
+def test_causal_mask_never_leaks_future_tokens():
+    x, _ = padded_inputs(5)
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF, norm_first=True)
+    base = ops.convert_to_numpy(block(x, use_causal_mask=True))
+    for t in range(T - 1):
+        changed = x.copy()
+        changed[:, t + 1:] = np.random.default_rng(t).normal(size=changed[:, t + 1:].shape)
+        out = ops.convert_to_numpy(block(changed, use_causal_mask=True))
+        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_implicit_mask_matches_explicit(norm_first):
+    x, padding_mask = padded_inputs(6)
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF, norm_first=norm_first)
+    assert_implicit_mask_matches_explicit(block, x, padding_mask)
+    # With another tensor argument Keras fills `inputs_mask` instead of `mask`.
+    attention_mask = np.ones((B, T, T), bool)
+    assert_implicit_mask_matches_explicit(
+        block, x, padding_mask, {"attention_mask": attention_mask}
+    )
+
+
+def test_output_keeps_the_keras_mask():
+    x, padding_mask = padded_inputs(7)
+    x = np.where(padding_mask[..., None], x, 0.0).astype("float32")
+    inputs = keras.Input((T, D))
+    masked = keras.layers.Masking(0.0)(inputs)
+    outputs = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF)(masked)
+    pooled = keras.layers.GlobalAveragePooling1D()(outputs)  # averages real steps only
+    model = keras.Model(inputs, [outputs, pooled])
+    out, mean = model(x)
+    expected = [ops.convert_to_numpy(out)[b][padding_mask[b]].mean(0) for b in range(B)]
+    np.testing.assert_allclose(ops.convert_to_numpy(mean), np.stack(expected), atol=1e-5)
+
+
+# === Shared layer checks ===
+
+
+def test_layer_post_ln():
+    x, _ = padded_inputs()
+    run_layer_test(
+        TransformerEncoderBlock,
+        {"num_heads": H, "intermediate_dim": FF, "dropout": 0.1},
+        x,
+        expected_output_shape=(B, T, D),
+    )
+
+
+def test_layer_pre_ln_fused_gelu_approximate():
+    x, padding_mask = padded_inputs()
+    out = run_layer_test(
+        TransformerEncoderBlock,
+        {"num_heads": H, "intermediate_dim": FF, "norm_first": True, "fused_qkv": True,
+         "activation": "gelu_approximate"},
+        {"inputs": x, "padding_mask": padding_mask},
+        call_kwargs={"use_causal_mask": True},
+        expected_output_shape=(B, T, D),
+    )
+    assert np.all(np.isfinite(out))
+
+
+def test_activation_config():
+    block = TransformerEncoderBlock(H, FF, activation="gelu_approximate")
+    assert block.get_config()["activation"] == "gelu_approximate"
+    assert TransformerEncoderBlock(H, FF, activation="gelu").get_config()["activation"] == "gelu"
+    clone = TransformerEncoderBlock.from_config(
+        TransformerEncoderBlock(H, FF, activation=keras.activations.silu).get_config()
+    )
+    assert clone.activation is keras.activations.silu
+
+
+# === Errors ===
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_heads": 0}, "num_heads"),
+        ({"num_heads": -2}, "Received: num_heads=-2"),
+        ({"intermediate_dim": 0}, "Received: intermediate_dim=0"),
+        ({"key_dim": 0}, "key_dim"),
+        ({"dropout": 1.0}, "Received: dropout=1.0"),
+        ({"dropout": -0.1}, "dropout"),
+        ({"attention_dropout": 1.5}, "Received: attention_dropout=1.5"),
+        ({"layer_norm_epsilon": 0.0}, "layer_norm_epsilon"),
+        ({"activation": "no_such_activation"}, "no_such_activation"),
+    ],
+)
+def test_invalid_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TransformerEncoderBlock(**{"num_heads": H, "intermediate_dim": FF, **kwargs})
+
+
+def test_model_size_not_divisible_by_heads():
+    block = TransformerEncoderBlock(num_heads=3, intermediate_dim=FF)
+    with pytest.raises(ValueError, match="Received: d_model=8, num_heads=3"):
+        block(np.ones((B, T, D), "float32"))
