@@ -173,12 +173,14 @@ def test_new_memory_carries_no_gradient():
     assert grad is None or not np.any(grad.numpy())
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_layer_test_case(norm_first):
+@pytest.mark.parametrize(
+    "norm_first, activation", [(False, "gelu"), (True, "gelu_approximate")]
+)
+def test_layer_test_case(norm_first, activation):
     run_layer_test(
         TransformerXLBlock,
         {"num_heads": H, "intermediate_dim": FF, "memory_length": 3, "dropout": 0.1,
-         "norm_first": norm_first, "activation": "gelu"},
+         "norm_first": norm_first, "activation": activation},
         {"inputs": X, "memory": MEMORY, "padding_mask": PADDING},
         expected_output_shape=(B, T, D),
     )

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.attention_mask import query_key_positions
+from keras_attn.layers.validation import check_positive_int
 
 
 def alibi_slopes(num_heads):
@@ -65,10 +66,7 @@ class AlibiBias(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, **kwargs):
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads <= 0:
-            raise ValueError(
-                f"`num_heads` must be a positive integer. Received: num_heads={num_heads}"
-            )
+        check_positive_int("num_heads", num_heads)
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.built = True

@@ -6,9 +6,14 @@ there is exactly one definition of "which key may query i look at". A mask is bo
 softmax, which is the `M` matrix of the source notes (0 where allowed, -inf elsewhere):
 
     MaskedAttention(Q, K, V) = softmax((Q K^T + M) / sqrt(d_k)) V
+
+Layers that first combine several padding masks of the same keys (an explicit
+`padding_mask` and a Keras implicit mask) do it with `and_masks`.
 """
 
 from keras import ops
+
+from keras_attn.layers.validation import check_positive_int
 
 
 def causal_mask(query_length, key_length, query_start_index=None):
@@ -48,11 +53,10 @@ def sliding_window_mask(query_length, key_length, window, query_start_index=None
     Returns:
         Boolean tensor of shape `(1, T, S)`.
     """
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
-        raise ValueError(
-            "`sliding_window` must be a positive integer (the number of positions a "
-            f"query may look to each side, itself included). Received: sliding_window={window}"
-        )
+    check_positive_int(
+        "sliding_window", window,
+        "the number of positions a query may look to each side, itself included",
+    )
     row, col = query_key_positions(query_length, key_length, query_start_index)
     return ops.expand_dims(ops.less(ops.abs(row - col), window), 0)  # (1, T, S)
 
@@ -82,18 +86,13 @@ def merge_attention_masks(
     Returns:
         Boolean tensor broadcastable to `(B, T, S)`, or `None` when no source is given.
     """
-    merged = None
-
-    def _and(mask):
-        nonlocal merged
-        merged = mask if merged is None else ops.logical_and(merged, mask)
-
+    sources = []
     if query_mask is not None:
         _check_rank("query_mask", query_mask, (2,), "(batch, query_length)")
-        _and(ops.expand_dims(ops.cast(query_mask, "bool"), -1))  # (B, T, 1)
+        sources.append(ops.expand_dims(ops.cast(query_mask, "bool"), -1))  # (B, T, 1)
     if key_mask is not None:
         _check_rank("padding_mask", key_mask, (2,), "(batch, key_length)")
-        _and(ops.expand_dims(ops.cast(key_mask, "bool"), -2))  # (B, 1, S)
+        sources.append(ops.expand_dims(ops.cast(key_mask, "bool"), -2))  # (B, 1, S)
     if attention_mask is not None:
         _check_rank(
             "attention_mask", attention_mask, (2, 3), "(batch, query_length, key_length)"
@@ -101,13 +100,36 @@ def merge_attention_masks(
         attention_mask = ops.cast(attention_mask, "bool")
         if len(attention_mask.shape) == 2:
             attention_mask = ops.expand_dims(attention_mask, 0)  # (1, T, S)
-        _and(attention_mask)  # (B, T, S)
+        sources.append(attention_mask)  # (B, T, S)
     if use_causal_mask:
-        _and(causal_mask(query_length, key_length, query_start_index))  # (1, T, S)
+        sources.append(causal_mask(query_length, key_length, query_start_index))  # (1, T, S)
     if sliding_window is not None:
-        _and(
+        sources.append(
             sliding_window_mask(query_length, key_length, sliding_window, query_start_index)
         )  # (1, T, S)
+    return and_masks(*sources)  # (B, T, S) or None
+
+
+def and_masks(*masks):
+    """Logical AND of boolean masks of broadcastable shapes, skipping the `None`s.
+
+    Each mask is cast to bool first, so int (1/0) padding masks mix with boolean ones.
+
+    Returns:
+        The broadcast AND of the given masks, or `None` when all of them are `None`.
+
+    Example:
+    >>> padding = ops.convert_to_tensor([[1, 1, 0]])
+    >>> implicit = ops.convert_to_tensor([[True, False, True]])
+    >>> ops.convert_to_numpy(and_masks(padding, None, implicit))
+    array([[ True, False, False]])
+    """
+    masks = [ops.cast(mask, "bool") for mask in masks if mask is not None]
+    if not masks:
+        return None
+    merged = masks[0]
+    for mask in masks[1:]:
+        merged = ops.logical_and(merged, mask)
     return merged
 
 

@@ -3,9 +3,13 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.attention_mask import merge_attention_masks
 from keras_attn.layers.rotary_embedding import RotaryEmbedding
 from keras_attn.layers.scaled_dot_product_attention import scaled_dot_product_attention
+from keras_attn.layers.validation import check_positive_int
+from keras_attn.layers.validation import check_rate
+from keras_attn.layers.validation import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -95,21 +99,20 @@ class MultiHeadAttention(keras.layers.Layer):
         seed=None,
         **kwargs,
     ):
-        _check_positive_int("num_heads", num_heads)
-        _check_positive_int("key_dim", key_dim)
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("key_dim", key_dim)
         if value_dim is not None:
-            _check_positive_int("value_dim", value_dim)
+            check_positive_int("value_dim", value_dim)
         if output_dim is not None:
-            _check_positive_int("output_dim", output_dim)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+            check_positive_int("output_dim", output_dim)
+        check_rate("dropout", dropout)
         if fused_qkv and value_dim is not None and value_dim != key_dim:
             raise ValueError(
                 "`fused_qkv=True` projects Q, K and V with one kernel, so `value_dim` must "
                 f"equal `key_dim`. Received: key_dim={key_dim}, value_dim={value_dim}"
             )
         if sliding_window is not None:
-            _check_positive_int("sliding_window", sliding_window)
+            check_positive_int("sliding_window", sliding_window)
         if rotary_max_wavelength is not None and key_dim % 2:
             raise ValueError(
                 "Rotary embeddings rotate pairs of features, so `key_dim` must be even. "
@@ -186,15 +189,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _dense_kwargs(self):
         return dict(
-            kernel_initializer=_clone_initializer(self.kernel_initializer),
-            bias_initializer=_clone_initializer(self.bias_initializer),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
         )
 
     def _fused_initializer(self, query_dim):
         # Each of the three slices must be initialised like an unfused (d, H*dk) kernel,
         # not like one (d, 3*H*dk) matrix, so fused and unfused models train alike.
-        base = _clone_initializer(self.kernel_initializer)
+        base = clone_initializer(self.kernel_initializer)
         fan_out = self.num_heads * self.key_dim
 
         def init(shape, dtype=None):
@@ -267,8 +270,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 filled_mask = ops.broadcast_to(filled_mask, (ops.shape(k)[0], ops.shape(k)[1]))
 
         # === Mask (B, T, S) ===
-        key_padding = _and_masks(padding_mask, key_mask, None if cross_cache else value_mask)
-        key_padding = _and_masks(key_padding, filled_mask)
+        key_padding = and_masks(
+            padding_mask, key_mask, None if cross_cache else value_mask, filled_mask
+        )  # (B, S)
         mask = merge_attention_masks(
             ops.shape(q)[1], ops.shape(k)[1],
             query_mask=query_mask, key_mask=key_padding, attention_mask=attention_mask,
@@ -387,22 +391,3 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         return config
 
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value}")
-
-
-def _and_masks(*masks):
-    masks = [ops.cast(m, "bool") for m in masks if m is not None]
-    if not masks:
-        return None
-    merged = masks[0]
-    for m in masks[1:]:
-        merged = ops.logical_and(merged, m)
-    return merged
-
-
-def _clone_initializer(initializer):
-    # A shared initializer instance with a seed would give every kernel the same values.
-    return initializer.__class__.from_config(initializer.get_config())

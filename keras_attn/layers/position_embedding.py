@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.validation import check_positive_int
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class PositionEmbedding(keras.layers.Layer):
@@ -35,12 +37,9 @@ class PositionEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
-        if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) \
-                or sequence_length <= 0:
-            raise ValueError(
-                "`sequence_length` must be a positive integer (the number of learned "
-                f"positions). Received: sequence_length={sequence_length}"
-            )
+        check_positive_int(
+            "sequence_length", sequence_length, "the number of learned positions"
+        )
         super().__init__(**kwargs)
         self.sequence_length = sequence_length
         self.initializer = keras.initializers.get(initializer)

@@ -3,6 +3,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.scaled_dot_product_attention import scaled_dot_product_attention
 
@@ -222,7 +223,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             memory_length = memory.shape[1]
             memory = ops.stop_gradient(ops.cast(memory, query.dtype))  # (B, M, d)
             keys = ops.concatenate([memory, query], axis=1)  # (B, M + T, d)
-        padding_mask = _and(
+        padding_mask = and_masks(
             _key_padding_mask(padding_mask, query, memory_length),
             _key_padding_mask(implicit_mask, query, memory_length),
         )  # (B, M + T)
@@ -299,8 +300,3 @@ def _key_padding_mask(mask, query, memory_length):
         mask = ops.concatenate([memory_mask, mask], axis=1)  # (B, M + T)
     return mask
 
-
-def _and(first, second):
-    if first is None or second is None:
-        return second if first is None else first
-    return ops.logical_and(first, second)

@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.validation import check_number_above
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class RotaryEmbedding(keras.layers.Layer):
@@ -37,10 +39,7 @@ class RotaryEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, max_wavelength=10000, scaling_factor=1.0, **kwargs):
-        if max_wavelength <= 1:
-            raise ValueError(
-                f"`max_wavelength` must be > 1. Received: max_wavelength={max_wavelength}"
-            )
+        check_number_above("max_wavelength", max_wavelength, 1, "the base of the wavelengths")
         if scaling_factor < 1.0:
             raise ValueError(
                 f"`scaling_factor` must be >= 1. Received: scaling_factor={scaling_factor}"

@@ -3,8 +3,12 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.attention_mask import merge_attention_masks
 from keras_attn.layers.scaled_dot_product_attention import masked_softmax
+from keras_attn.layers.validation import check_positive_int
+from keras_attn.layers.validation import check_rate
+from keras_attn.layers.validation import clone_initializer
 
 
 SCORES = ("dot", "scaled_dot", "general", "additive", "cosine", "location")
@@ -97,14 +101,14 @@ class ScoredAttention(keras.layers.Layer):
                 f"Received: score={score!r}"
             )
         if units is not None:
-            _check_positive_int("units", units)
+            check_positive_int("units", units)
             if score != "additive":
                 raise ValueError(
                     "`units` is the hidden size of the additive score and is only used "
                     f"with score='additive'. Received: units={units}, score={score!r}"
                 )
         if max_source_length is not None:
-            _check_positive_int("max_source_length", max_source_length)
+            check_positive_int("max_source_length", max_source_length)
             if score != "location":
                 raise ValueError(
                     "`max_source_length` is only used with score='location'. "
@@ -116,8 +120,7 @@ class ScoredAttention(keras.layers.Layer):
                 "needs `max_source_length`, the largest source length it will see. "
                 "Received: max_source_length=None"
             )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        check_rate("dropout", dropout)
         super().__init__(**kwargs)
         self.score = score
         self.units = units
@@ -155,11 +158,9 @@ class ScoredAttention(keras.layers.Layer):
         self.built = True
 
     def _add_kernel(self, name, shape):
-        # A shared initializer instance with a seed would give every weight the same values.
-        initializer = self.kernel_initializer.__class__.from_config(
-            self.kernel_initializer.get_config()
+        return self.add_weight(
+            name=name, shape=shape, initializer=clone_initializer(self.kernel_initializer)
         )
-        return self.add_weight(name=name, shape=shape, initializer=initializer)
 
     # === Call ===
 
@@ -180,7 +181,7 @@ class ScoredAttention(keras.layers.Layer):
         scores = self._scores(query, key)  # (B, T, S)
         mask = merge_attention_masks(
             ops.shape(query)[1], ops.shape(value)[1],
-            query_mask=query_mask, key_mask=_and_masks(padding_mask, value_mask, key_mask),
+            query_mask=query_mask, key_mask=and_masks(padding_mask, value_mask, key_mask),
             attention_mask=attention_mask,
         )  # (B, T, S) or None
         weights = masked_softmax(scores, mask)  # (B, T, S)
@@ -248,17 +249,3 @@ class ScoredAttention(keras.layers.Layer):
         )
         return config
 
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value}")
-
-
-def _and_masks(*masks):
-    masks = [ops.cast(m, "bool") for m in masks if m is not None]
-    if not masks:
-        return None
-    merged = masks[0]
-    for m in masks[1:]:
-        merged = ops.logical_and(merged, m)
-    return merged

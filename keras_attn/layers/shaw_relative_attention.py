@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.scaled_dot_product_attention import masked_softmax
+from keras_attn.layers.validation import check_positive_int
 
 
 def clipped_relative_positions(
@@ -92,16 +93,10 @@ class ShawRelativeAttention(MultiHeadAttention):
     """
 
     def __init__(self, num_heads, key_dim, max_relative_position, **kwargs):
-        if (
-            isinstance(max_relative_position, bool)
-            or not isinstance(max_relative_position, int)
-            or max_relative_position <= 0
-        ):
-            raise ValueError(
-                "`max_relative_position` is the clipping distance k of the relative "
-                "position tables and must be a positive integer. "
-                f"Received: max_relative_position={max_relative_position}"
-            )
+        check_positive_int(
+            "max_relative_position", max_relative_position,
+            "the clipping distance k of the relative position tables",
+        )
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         self.max_relative_position = max_relative_position
 

@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.validation import check_number_above
+
 
 def sinusoidal_table(length, dim, max_wavelength=10000, start_index=0):
     """The sinusoid table of Vaswani et al. (2017, §3.5), sin and cos interleaved.
@@ -70,12 +72,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     """
 
     def __init__(self, max_wavelength=10000, **kwargs):
-        if isinstance(max_wavelength, bool) or not isinstance(max_wavelength, (int, float)) \
-                or max_wavelength <= 1:
-            raise ValueError(
-                "`max_wavelength` must be a number > 1 (the base of the wavelengths). "
-                f"Received: max_wavelength={max_wavelength}"
-            )
+        check_number_above("max_wavelength", max_wavelength, 1, "the base of the wavelengths")
         super().__init__(**kwargs)
         self.max_wavelength = max_wavelength
         # Encodings are aligned with the input positions, so the input mask still applies.

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.attention_mask import query_key_positions
+from keras_attn.layers.validation import check_positive_int
 
 
 def relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance):
@@ -111,14 +112,9 @@ class T5RelativePositionBias(keras.layers.Layer):
         embeddings_initializer="glorot_uniform",
         **kwargs,
     ):
-        for name, value in (
-            ("num_heads", num_heads), ("num_buckets", num_buckets),
-            ("max_distance", max_distance),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(
-                    f"`{name}` must be a positive integer. Received: {name}={value}"
-                )
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("num_buckets", num_buckets)
+        check_positive_int("max_distance", max_distance)
         # Half of the (per direction) buckets are exact; the log buckets need at least one.
         min_buckets = 4 if bidirectional else 2
         if num_buckets < min_buckets:

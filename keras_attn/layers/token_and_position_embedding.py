@@ -5,6 +5,8 @@ from keras import ops
 
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_attn.layers.validation import check_positive_int
+from keras_attn.layers.validation import clone_initializer
 
 POSITION_ENCODINGS = ("learned", "sinusoidal")
 
@@ -60,21 +62,16 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         embeddings_initializer=None,
         **kwargs,
     ):
-        for name, value in (("vocabulary_size", vocabulary_size),
-                            ("embedding_dim", embedding_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value}")
+        check_positive_int("vocabulary_size", vocabulary_size)
+        check_positive_int("embedding_dim", embedding_dim)
         if position_encoding not in POSITION_ENCODINGS:
             raise ValueError(
                 f"`position_encoding` must be one of {POSITION_ENCODINGS}. "
                 f"Received: position_encoding={position_encoding!r}"
             )
-        if position_encoding == "learned" and (
-            not isinstance(sequence_length, int) or sequence_length <= 0
-        ):
-            raise ValueError(
-                "Learned positions need the table size: `sequence_length` must be a positive "
-                f"integer. Received: sequence_length={sequence_length}"
+        if position_encoding == "learned":
+            check_positive_int(
+                "sequence_length", sequence_length, "the size of the learned position table"
             )
         if not isinstance(num_segments, int) or num_segments < 0:
             raise ValueError(
@@ -94,27 +91,26 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.supports_masking = mask_zero
 
     def build(self, token_ids_shape, segment_ids_shape=None):
-        def initializer():
-            config = keras.initializers.serialize(self.embeddings_initializer)
-            return keras.initializers.deserialize(config)
-
         self.token_embedding = keras.layers.Embedding(
-            self.vocabulary_size, self.embedding_dim, embeddings_initializer=initializer(),
+            self.vocabulary_size, self.embedding_dim,
+            embeddings_initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.dtype_policy, name="token_embedding",
         )
         self.token_embedding.build(token_ids_shape)
         self.segment_embedding = None
         if self.num_segments:
             self.segment_embedding = keras.layers.Embedding(
-                self.num_segments, self.embedding_dim, embeddings_initializer=initializer(),
+                self.num_segments, self.embedding_dim,
+                embeddings_initializer=clone_initializer(self.embeddings_initializer),
                 dtype=self.dtype_policy, name="segment_embedding",
             )
             self.segment_embedding.build(token_ids_shape)
         embedded_shape = tuple(token_ids_shape) + (self.embedding_dim,)
         if self.position_encoding == "learned":
             self.position_embedding = PositionEmbedding(
-                self.sequence_length, initializer=initializer(), dtype=self.dtype_policy,
-                name="position_embedding",
+                self.sequence_length,
+                initializer=clone_initializer(self.embeddings_initializer),
+                dtype=self.dtype_policy, name="position_embedding",
             )
         else:
             self.position_embedding = SinusoidalPositionEncoding(

@@ -1,14 +1,14 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
-from keras_attn.layers.multi_head_attention import _and_masks
-from keras_attn.layers.transformer_encoder_block import _resolve_key_dim
-from keras_attn.layers.transformer_encoder_block import _TransformerBlock
+from keras_attn.layers.transformer_block_base import TransformerBlockBase
+from keras_attn.layers.transformer_block_base import resolve_key_dim
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerDecoderBlock(_TransformerBlock):
+class TransformerDecoderBlock(TransformerBlockBase):
     """Transformer decoder block (Vaswani et al., 2017, §3.1, "Attention Is All You Need").
 
     Three sublayers, each with a residual connection and a layer normalization: masked
@@ -120,7 +120,7 @@ class TransformerDecoderBlock(_TransformerBlock):
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         d_model = decoder_sequence_shape[-1]
-        key_dim = _resolve_key_dim(d_model, self.num_heads, self.key_dim)
+        key_dim = resolve_key_dim(d_model, self.num_heads, self.key_dim)
         self.self_attention = self._attention("self_attention", key_dim)
         self.self_attention.build(decoder_sequence_shape)
         self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm")
@@ -175,10 +175,10 @@ class TransformerDecoderBlock(_TransformerBlock):
         # A Keras mask covers this call's T tokens; with a cache the keys are the S_max
         # cache slots, whose padding only `decoder_padding_mask` can describe.
         if self_attention_cache is None:
-            decoder_padding_mask = _and_masks(
+            decoder_padding_mask = and_masks(
                 decoder_padding_mask, decoder_sequence_mask, mask
             )  # (B, T)
-        encoder_padding_mask = _and_masks(encoder_padding_mask, encoder_sequence_mask)
+        encoder_padding_mask = and_masks(encoder_padding_mask, encoder_sequence_mask)
         scores = {}
 
         # === Masked self-attention sublayer ===

@@ -1,117 +1,14 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
-from keras_attn.layers.multi_head_attention import _and_masks
-from keras_attn.layers.multi_head_attention import _check_positive_int
-from keras_attn.layers.multi_head_attention import _clone_initializer
-
-
-class _TransformerBlock(keras.layers.Layer):
-    """What the encoder and decoder blocks share: arguments, config and the FFN.
-
-    See `TransformerEncoderBlock` (below) for the arguments.
-    """
-
-    def __init__(
-        self,
-        num_heads,
-        intermediate_dim,
-        key_dim=None,
-        dropout=0.0,
-        attention_dropout=None,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        norm_first=False,
-        fused_qkv=False,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        **kwargs,
-    ):
-        attention_dropout = dropout if attention_dropout is None else attention_dropout
-        _validate_block_arguments(
-            num_heads, intermediate_dim, key_dim, dropout, attention_dropout,
-            layer_norm_epsilon,
-        )
-        activation_fn = _get_activation(activation)
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.key_dim = key_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.activation = activation_fn
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.norm_first = norm_first
-        self.fused_qkv = fused_qkv
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.supports_masking = True
-
-    # === Feed-forward sublayer ===
-
-    def _build_feedforward(self, inputs_shape):
-        d_model = inputs_shape[-1]
-        self.feedforward_intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim, name="feedforward_intermediate_dense",
-            **self._sublayer_kwargs(),
-        )
-        self.feedforward_intermediate_dense.build(inputs_shape)
-        self.feedforward_output_dense = keras.layers.Dense(
-            d_model, name="feedforward_output_dense", **self._sublayer_kwargs()
-        )
-        self.feedforward_output_dense.build(tuple(inputs_shape[:-1]) + (self.intermediate_dim,))
-        self.feedforward_layer_norm = self._layer_norm("feedforward_layer_norm")
-        self.feedforward_layer_norm.build(inputs_shape)
-        self.feedforward_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
-        )
-
-    def _sublayer_kwargs(self):
-        return dict(
-            kernel_initializer=_clone_initializer(self.kernel_initializer),
-            bias_initializer=_clone_initializer(self.bias_initializer),
-            dtype=self.dtype_policy,
-        )
-
-    def _layer_norm(self, name):
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
-
-    def _feedforward_sublayer(self, x, training):
-        residual = x  # (B, T, d)
-        if self.norm_first:
-            x = self.feedforward_layer_norm(x)
-        h = self.activation(self.feedforward_intermediate_dense(x))  # (B, T, d_ff)
-        h = self.feedforward_output_dense(h)  # (B, T, d)
-        x = ops.add(residual, self.feedforward_dropout(h, training=training))
-        return x if self.norm_first else self.feedforward_layer_norm(x)
-
-    def compute_mask(self, inputs, mask=None):
-        return mask
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            intermediate_dim=self.intermediate_dim,
-            key_dim=self.key_dim,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            activation=_serialize_activation(self.activation),
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            norm_first=self.norm_first,
-            fused_qkv=self.fused_qkv,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-        )
-        return config
-
+from keras_attn.layers.transformer_block_base import TransformerBlockBase
+from keras_attn.layers.transformer_block_base import resolve_key_dim
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerEncoderBlock(_TransformerBlock):
+class TransformerEncoderBlock(TransformerBlockBase):
     """Transformer encoder block (Vaswani et al., 2017, §3.1, "Attention Is All You Need").
 
     A self-attention sublayer and a position-wise feed-forward sublayer, each wrapped in a
@@ -185,7 +82,7 @@ class TransformerEncoderBlock(_TransformerBlock):
 
     def build(self, inputs_shape):
         d_model = inputs_shape[-1]
-        key_dim = _resolve_key_dim(d_model, self.num_heads, self.key_dim)
+        key_dim = resolve_key_dim(d_model, self.num_heads, self.key_dim)
         self.self_attention = MultiHeadAttention(
             num_heads=self.num_heads, key_dim=key_dim, dropout=self.attention_dropout,
             fused_qkv=self.fused_qkv, name="self_attention", **self._sublayer_kwargs(),
@@ -213,7 +110,7 @@ class TransformerEncoderBlock(_TransformerBlock):
         inputs_mask=None,
         mask=None,
     ):
-        padding_mask = _and_masks(padding_mask, inputs_mask, mask)  # (B, T)
+        padding_mask = and_masks(padding_mask, inputs_mask, mask)  # (B, T)
 
         # === Self-attention sublayer ===
         residual = inputs  # (B, T, d)
@@ -234,61 +131,3 @@ class TransformerEncoderBlock(_TransformerBlock):
         x = self._feedforward_sublayer(x, training)  # (B, T, d)
         return (x, scores) if return_attention_scores else x
 
-
-# === Helpers (also used by TransformerDecoderBlock) ===
-
-
-@keras.saving.register_keras_serializable(package="keras_attn")
-def gelu_approximate(x):
-    """GELU with the tanh approximation (Hendrycks & Gimpel, 2016), as in BERT and GPT-2.
-
-        gelu(x) ~= 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-    """
-    return keras.activations.gelu(x, approximate=True)
-
-
-def _get_activation(identifier):
-    """A Keras activation, plus the `"gelu_approximate"` name for `gelu_approximate`."""
-    if identifier == "gelu_approximate":
-        return gelu_approximate
-    return keras.activations.get(identifier)
-
-
-def _serialize_activation(activation):
-    # A readable name in configs for our own activation; Keras' form for the rest.
-    if activation is gelu_approximate:
-        return "gelu_approximate"
-    return keras.activations.serialize(activation)
-
-
-def _resolve_key_dim(d_model, num_heads, key_dim):
-    """`key_dim`, defaulting to `d_model // num_heads` when that division is exact."""
-    if key_dim is not None:
-        return key_dim
-    if d_model is None or d_model % num_heads:
-        raise ValueError(
-            "Without an explicit `key_dim`, the model size (last dimension of the inputs) "
-            "must be divisible by `num_heads`, since each head gets d_model // num_heads "
-            f"features. Pass `key_dim` or change `num_heads`. Received: d_model={d_model}, "
-            f"num_heads={num_heads}"
-        )
-    return d_model // num_heads
-
-
-def _validate_block_arguments(
-    num_heads, intermediate_dim, key_dim, dropout, attention_dropout, layer_norm_epsilon
-):
-    # Same checks (and messages) as MultiHeadAttention, done here so a bad block fails
-    # at construction rather than at its first call.
-    _check_positive_int("num_heads", num_heads)
-    _check_positive_int("intermediate_dim", intermediate_dim)
-    if key_dim is not None:
-        _check_positive_int("key_dim", key_dim)
-    for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-            raise ValueError(f"`{name}` must be a float in [0, 1). Received: {name}={rate}")
-    if not layer_norm_epsilon > 0:
-        raise ValueError(
-            "`layer_norm_epsilon` must be positive. "
-            f"Received: layer_norm_epsilon={layer_norm_epsilon}"
-        )

@@ -2,10 +2,18 @@ import keras
 from keras import ops
 
 from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
+from keras_attn.layers.transformer_block_base import FeedForwardMixin
+from keras_attn.layers.transformer_block_base import get_activation
+from keras_attn.layers.transformer_block_base import resolve_key_dim
+from keras_attn.layers.transformer_block_base import serialize_activation
+from keras_attn.layers.validation import check_number_above
+from keras_attn.layers.validation import check_positive_int
+from keras_attn.layers.validation import check_rate
+from keras_attn.layers.validation import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerXLBlock(keras.layers.Layer):
+class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
     """One Transformer-XL layer: relative attention over [memory; segment] + FFN.
 
     Dai et al., 2019, "Transformer-XL: Attentive Language Models Beyond a Fixed-Length
@@ -35,7 +43,9 @@ class TransformerXLBlock(keras.layers.Layer):
             memory length = segment length).
         dropout: float, dropout on the attention probabilities and on both residual
             branches. Defaults to `0.0`.
-        activation: activation of the feed-forward network. Defaults to `"relu"`.
+        activation: activation of the feed-forward network, any Keras activation or
+            `"gelu_approximate"` (the tanh GELU, which exports through tf2onnx).
+            Defaults to `"relu"`.
         layer_norm_epsilon: float. Defaults to `1e-5`.
         norm_first: bool, pre-LN instead of post-LN. Defaults to `False`.
         kernel_initializer: initializer for every kernel. Defaults to `"glorot_uniform"`.
@@ -75,26 +85,21 @@ class TransformerXLBlock(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
-        _check_positive_int("num_heads", num_heads)
-        _check_positive_int("intermediate_dim", intermediate_dim)
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("intermediate_dim", intermediate_dim)
         if key_dim is not None:
-            _check_positive_int("key_dim", key_dim)
+            check_positive_int("key_dim", key_dim)
         if memory_length is not None:
-            _check_positive_int("memory_length", memory_length)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
-        if layer_norm_epsilon <= 0:
-            raise ValueError(
-                "`layer_norm_epsilon` must be positive. "
-                f"Received: layer_norm_epsilon={layer_norm_epsilon}"
-            )
+            check_positive_int("memory_length", memory_length)
+        check_rate("dropout", dropout)
+        check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.key_dim = key_dim
         self.memory_length = memory_length
         self.dropout = dropout
-        self.activation = keras.activations.get(activation)
+        self.activation = get_activation(activation)
         self.layer_norm_epsilon = layer_norm_epsilon
         self.norm_first = norm_first
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -103,55 +108,26 @@ class TransformerXLBlock(keras.layers.Layer):
     # === Build ===
 
     def build(self, inputs_shape):
-        d_model = inputs_shape[-1]
-        key_dim = self.key_dim
-        if key_dim is None:
-            if d_model is None or d_model % self.num_heads:
-                raise ValueError(
-                    "Without `key_dim`, the model width must split evenly over the heads "
-                    f"(key_dim = d_model // num_heads). Received: num_heads={self.num_heads}"
-                    f", inputs_shape={tuple(inputs_shape)}"
-                )
-            key_dim = d_model // self.num_heads
+        key_dim = resolve_key_dim(inputs_shape[-1], self.num_heads, self.key_dim)
         self.self_attention = RelativeMultiHeadAttention(
             num_heads=self.num_heads, key_dim=key_dim, dropout=self.dropout,
-            kernel_initializer=self._initializer(), dtype=self.dtype_policy,
-            name="self_attention",
+            name="self_attention", **self._sublayer_kwargs(),
         )
         self.self_attention.build(inputs_shape)
-        self.self_attention_layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
-            name="self_attention_layer_norm",
-        )
+        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm")
         self.self_attention_layer_norm.build(inputs_shape)
         self.self_attention_dropout = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
         )
-        self.feedforward_intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim, activation=self.activation,
-            kernel_initializer=self._initializer(), dtype=self.dtype_policy,
-            name="feedforward_intermediate_dense",
-        )
-        self.feedforward_intermediate_dense.build(inputs_shape)
-        self.feedforward_output_dense = keras.layers.Dense(
-            d_model, kernel_initializer=self._initializer(), dtype=self.dtype_policy,
-            name="feedforward_output_dense",
-        )
-        self.feedforward_output_dense.build(tuple(inputs_shape[:-1]) + (self.intermediate_dim,))
-        self.feedforward_layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
-            name="feedforward_layer_norm",
-        )
-        self.feedforward_layer_norm.build(inputs_shape)
-        self.feedforward_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
-        )
+        self._build_feedforward(inputs_shape)
         self.built = True
 
-    def _initializer(self):
-        # A shared seeded initializer instance would give every kernel the same values.
-        initializer = self.kernel_initializer
-        return initializer.__class__.from_config(initializer.get_config())
+    def _sublayer_kwargs(self):
+        # No `bias_initializer` argument: biases keep the Keras default, zeros.
+        return dict(
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy,
+        )
 
     # === Call ===
 
@@ -183,14 +159,7 @@ class TransformerXLBlock(keras.layers.Layer):
             x = self.self_attention_layer_norm(x)
 
         # === Position-wise feed-forward ===
-        residual = x
-        if self.norm_first:
-            x = self.feedforward_layer_norm(x)
-        x = self.feedforward_intermediate_dense(x)  # (B, T, d_ff)
-        x = self.feedforward_output_dense(x)  # (B, T, d)
-        x = residual + self.feedforward_dropout(x, training=training)  # (B, T, d)
-        if not self.norm_first:
-            x = self.feedforward_layer_norm(x)
+        x = self._feedforward_sublayer(x, training)  # (B, T, d)
 
         # === Memory for the next segment: this layer's inputs, newest last ===
         if self.memory_length is None:
@@ -211,14 +180,10 @@ class TransformerXLBlock(keras.layers.Layer):
             key_dim=self.key_dim,
             memory_length=self.memory_length,
             dropout=self.dropout,
-            activation=keras.activations.serialize(self.activation),
+            activation=serialize_activation(self.activation),
             layer_norm_epsilon=self.layer_norm_epsilon,
             norm_first=self.norm_first,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
 
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value}")

@@ -1,0 +1,184 @@
+"""What the Transformer blocks share; not exported, read it next to the blocks.
+
+- `FeedForwardMixin`: the position-wise feed-forward sublayer (with its residual
+  connection, dropout and layer norm) and the layer-norm factory, used by
+  `TransformerEncoderBlock`, `TransformerDecoderBlock` and `TransformerXLBlock`.
+- `TransformerBlockBase`: the arguments, validation and config of the encoder and
+  decoder blocks, which differ only in their attention sublayers.
+- `gelu_approximate` and `resolve_key_dim`, helpers of the blocks' arguments.
+
+Users build models from the public blocks; subclass `TransformerBlockBase` only to write
+a new block with the same arguments.
+"""
+
+import keras
+from keras import ops
+
+from keras_attn.layers.validation import check_number_above
+from keras_attn.layers.validation import check_positive_int
+from keras_attn.layers.validation import check_rate
+from keras_attn.layers.validation import clone_initializer
+
+
+class FeedForwardMixin:
+    """The position-wise feed-forward sublayer of a Transformer block (Vaswani et al.,
+    2017, §3.3), in its residual branch:
+
+        post-LN: z = LN(y + Dropout(FFN(y)))      pre-LN: z = y + Dropout(FFN(LN(y)))
+        FFN(y) = W_2 act(W_1 y + b_1) + b_2
+
+    Mixed into a `keras.layers.Layer` that sets the attributes `intermediate_dim`,
+    `dropout`, `activation` (a callable), `layer_norm_epsilon` and `norm_first`, and
+    defines `_sublayer_kwargs()` (the initializers and dtype of its sublayers). Its
+    `build` calls `_build_feedforward` and its `call` `_feedforward_sublayer`. Sublayer
+    names (checkpoint importers look them up): `feedforward_intermediate_dense` (`W_1`,
+    `b_1`), `feedforward_output_dense` (`W_2`, `b_2`), `feedforward_layer_norm`,
+    `feedforward_dropout`.
+    """
+
+    def _build_feedforward(self, inputs_shape):
+        d_model = inputs_shape[-1]
+        self.feedforward_intermediate_dense = keras.layers.Dense(
+            self.intermediate_dim, name="feedforward_intermediate_dense",
+            **self._sublayer_kwargs(),
+        )
+        self.feedforward_intermediate_dense.build(inputs_shape)
+        self.feedforward_output_dense = keras.layers.Dense(
+            d_model, name="feedforward_output_dense", **self._sublayer_kwargs()
+        )
+        self.feedforward_output_dense.build(tuple(inputs_shape[:-1]) + (self.intermediate_dim,))
+        self.feedforward_layer_norm = self._layer_norm("feedforward_layer_norm")
+        self.feedforward_layer_norm.build(inputs_shape)
+        self.feedforward_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
+        )
+
+    def _layer_norm(self, name):
+        """A LayerNormalization with the block's epsilon (for every sublayer's norm)."""
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
+    def _feedforward_sublayer(self, x, training):
+        residual = x  # (B, T, d)
+        if self.norm_first:
+            x = self.feedforward_layer_norm(x)
+        h = self.activation(self.feedforward_intermediate_dense(x))  # (B, T, d_ff)
+        h = self.feedforward_output_dense(h)  # (B, T, d)
+        x = ops.add(residual, self.feedforward_dropout(h, training=training))
+        return x if self.norm_first else self.feedforward_layer_norm(x)
+
+
+class TransformerBlockBase(FeedForwardMixin, keras.layers.Layer):
+    """Arguments, validation, config and feed-forward sublayer of the encoder and
+    decoder blocks.
+
+    Subclasses build and call their attention sublayers and end with
+    `_build_feedforward` / `_feedforward_sublayer`. See `TransformerEncoderBlock` for
+    the arguments.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        key_dim=None,
+        dropout=0.0,
+        attention_dropout=None,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        norm_first=False,
+        fused_qkv=False,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        attention_dropout = dropout if attention_dropout is None else attention_dropout
+        # Same checks (and messages) as MultiHeadAttention, done here so a bad block fails
+        # at construction rather than at its first call.
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("intermediate_dim", intermediate_dim)
+        if key_dim is not None:
+            check_positive_int("key_dim", key_dim)
+        check_rate("dropout", dropout)
+        check_rate("attention_dropout", attention_dropout)
+        check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
+        activation_fn = get_activation(activation)
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.key_dim = key_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.activation = activation_fn
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.norm_first = norm_first
+        self.fused_qkv = fused_qkv
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def _sublayer_kwargs(self):
+        return dict(
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            dtype=self.dtype_policy,
+        )
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            intermediate_dim=self.intermediate_dim,
+            key_dim=self.key_dim,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            activation=serialize_activation(self.activation),
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            norm_first=self.norm_first,
+            fused_qkv=self.fused_qkv,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+def gelu_approximate(x):
+    """GELU with the tanh approximation (Hendrycks & Gimpel, 2016), as in BERT and GPT-2.
+
+        gelu(x) ~= 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    """
+    return keras.activations.gelu(x, approximate=True)
+
+
+def get_activation(identifier):
+    """A Keras activation, plus the `"gelu_approximate"` name for `gelu_approximate`."""
+    if identifier == "gelu_approximate":
+        return gelu_approximate
+    return keras.activations.get(identifier)
+
+
+def serialize_activation(activation):
+    """The config form of an activation from `get_activation`."""
+    # A readable name in configs for our own activation; Keras' form for the rest.
+    if activation is gelu_approximate:
+        return "gelu_approximate"
+    return keras.activations.serialize(activation)
+
+
+def resolve_key_dim(d_model, num_heads, key_dim):
+    """`key_dim`, defaulting to `d_model // num_heads` when that division is exact."""
+    if key_dim is not None:
+        return key_dim
+    if d_model is None or d_model % num_heads:
+        raise ValueError(
+            "Without an explicit `key_dim`, the model size (last dimension of the inputs) "
+            "must be divisible by `num_heads`, since each head gets d_model // num_heads "
+            f"features. Pass `key_dim` or change `num_heads`. Received: d_model={d_model}, "
+            f"num_heads={num_heads}"
+        )
+    return d_model // num_heads
