@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 DEMO_DIR ?= runs/demo
 
-.PHONY: install demo test test-slow docs-figures clean
+.PHONY: install demo test test-slow test-jax docs-figures clean
 
 install: $(INSTALLED)
 
@@ -26,6 +26,11 @@ test: $(INSTALLED)
 
 test-slow: $(INSTALLED)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m slow
+
+# The same suite on the JAX backend: the layers must not depend on TensorFlow.
+test-jax: $(INSTALLED)
+	$(BIN)/python -m pip install --quiet -e ".[test,backends]"
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q
 
 docs-figures: $(INSTALLED)
 	$(BIN)/python docs/make_figures.py

@@ -30,7 +30,8 @@ def _demo(args):
     _say(f"  {mirror['layer']} head {mirror['head']} puts {mirror['mean_probability']:.0%} of "
          "its attention on the mirrored input digit:")
     _say(_ascii_heatmap(summary["attention_matrix"], summary["example"]))
-    _say(f"  trained in {summary['train_seconds']:.0f} s, whole demo {summary['total_seconds']:.0f} s")
+    _say(f"  trained in {summary['train_seconds']:.0f} s, "
+         f"whole demo {summary['total_seconds']:.0f} s")
     _say()
     _say("== files")
     for name, path in summary["files"].items():
@@ -52,7 +53,8 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="keras-attn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
-        "demo", help="train a tiny Transformer built from keras-attn layers and show what it learned"
+        "demo",
+        help="train a tiny Transformer built from keras-attn layers and show what it learned",
     )
     demo.add_argument("--output-dir", default="runs/demo", help="where figures and summary go")
     demo.add_argument("--digits", type=_positive_int, default=6, help="string length")

@@ -17,8 +17,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 
 PAD, SEP, FIRST_DIGIT = 0, 1, 2
 VOCABULARY_SIZE = FIRST_DIGIT + 10
@@ -144,9 +144,8 @@ def run_demo(output_dir, num_digits=6, train_examples=20000, epochs=3, seed=0, l
     prompts, answers = test_inputs[:, : num_digits + 1], test_targets[:, num_digits:]
 
     model = build_model(num_digits)
-    log(f"model: {model.count_params():,} parameters, "
-        f"{len([l for l in model.layers if isinstance(l, TransformerDecoderBlock)])} "
-        "causal pre-LN decoder blocks")
+    blocks = [layer for layer in model.layers if isinstance(layer, TransformerDecoderBlock)]
+    log(f"model: {model.count_params():,} parameters, {len(blocks)} causal pre-LN decoder blocks")
     before, _ = greedy_decode(model, prompts, num_digits)
     accuracy_before = float(np.mean(np.all(before == answers, axis=1)))
 

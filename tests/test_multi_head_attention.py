@@ -16,8 +16,6 @@ PADDING = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
 def numpy_mha(layer, query, value, mask=None):
     """Z = concat(head_1..head_H) W^O with head_h = softmax(Q_h K_h^T / sqrt(d_k) + M) V_h."""
     wq, bq, wk, bk, wv, bv, wo, bo = [np.asarray(w) for w in layer.get_weights()]
-    B, T, _ = query.shape
-    S = value.shape[1]
     H, dk = wq.shape[1], wq.shape[2]
     heads = []
     for h in range(H):
@@ -163,9 +161,9 @@ def test_cache_masks_unwritten_slots_even_without_causal_flag():
 def test_cross_attention_cache_equals_recomputing_keys_and_values():
     layer = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True)
     padding = np.array([[1] * 5 + [0] * 2, [1] * 7], bool)
-    expected = layer(X, ENC[..., :8] if False else np.pad(ENC, ((0, 0), (0, 0), (0, 2))),
-                     padding_mask=padding)
-    cache = layer.compute_cross_attention_cache(np.pad(ENC, ((0, 0), (0, 0), (0, 2))))
+    encoder = np.pad(ENC, ((0, 0), (0, 0), (0, 2)))  # fused QKV needs d_enc == d_dec = 8
+    expected = layer(X, encoder, padding_mask=padding)
+    cache = layer.compute_cross_attention_cache(encoder)
     out, same_cache = layer(X, cache=cache, padding_mask=padding)
     np.testing.assert_allclose(out, expected, atol=1e-5)
     assert same_cache is cache

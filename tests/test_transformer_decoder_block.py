@@ -1,5 +1,3 @@
-import math
-
 import keras
 import numpy as np
 import pytest
@@ -7,68 +5,19 @@ from keras import ops
 
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from tests.layer_test_case import run_layer_test
+from tests.numpy_reference import mha_weights
+from tests.numpy_reference import np_ffn
+from tests.numpy_reference import np_gelu_tanh
+from tests.numpy_reference import np_layer_norm
+from tests.numpy_reference import np_mha
+from tests.numpy_reference import np_relu
+from tests.numpy_reference import randomize
 
 B, T, S, D, H, FF = 2, 4, 5, 8, 2, 16
 DK = D // H
 
 
-# === numpy reference of the paper's formulas, written from the weights alone ===
-
-
-def mha_weights(mha):
-    """Per-head numpy weights of a keras-attn MultiHeadAttention, fused or not."""
-    if mha.fused_qkv:
-        kernel = ops.convert_to_numpy(mha.qkv_kernel)  # (d, 3, H, dk)
-        bias = ops.convert_to_numpy(mha.qkv_bias)  # (3, H, dk)
-        w = {n: (kernel[:, i], bias[i]) for i, n in enumerate("qkv")}
-    else:
-        w = {
-            n: tuple(ops.convert_to_numpy(v) for v in (dense.kernel, dense.bias))
-            for n, dense in zip("qkv", (mha.query_dense, mha.key_dense, mha.value_dense))
-        }
-    w["o"] = tuple(ops.convert_to_numpy(v) for v in (mha.output_dense.kernel,
-                                                      mha.output_dense.bias))
-    return w
-
-
-def np_mha(xq, xkv, w, mask):
-    """Multi-head attention for one example: xq (T, d), xkv (S, d), mask (T, S) bool."""
-    (wq, bq), (wk, bk), (wv, bv), (wo, bo) = w["q"], w["k"], w["v"], w["o"]
-    out = np.zeros((xq.shape[0], wo.shape[-1]))
-    for h in range(wq.shape[1]):
-        q = xq @ wq[:, h] + bq[h]  # (T, dk)
-        k = xkv @ wk[:, h] + bk[h]  # (S, dk)
-        v = xkv @ wv[:, h] + bv[h]  # (S, dv)
-        z = np.zeros((xq.shape[0], v.shape[1]))
-        for i in range(xq.shape[0]):
-            if not mask[i].any():
-                continue
-            s = np.array([q[i] @ k[j] / math.sqrt(q.shape[1]) for j in range(len(k))])
-            e = np.where(mask[i], np.exp(s - s[mask[i]].max()), 0.0)
-            z[i] = (e / e.sum()) @ v
-        out += z @ wo[h]
-    return out + bo
-
-
-def np_layer_norm(x, ln):
-    gamma, beta = (ops.convert_to_numpy(v) for v in (ln.gamma, ln.beta))
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + ln.epsilon) * gamma + beta
-
-
-def np_ffn(x, block, activation):
-    w1, b1 = (ops.convert_to_numpy(v) for v in block.feedforward_intermediate_dense.weights)
-    w2, b2 = (ops.convert_to_numpy(v) for v in block.feedforward_output_dense.weights)
-    return activation(x @ w1 + b1) @ w2 + b2
-
-
-def np_relu(x):
-    return np.maximum(x, 0.0)
-
-
-def np_gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+# === numpy reference of the block, from the shared per-sublayer references ===
 
 
 def np_decoder_block(block, x, enc, enc_mask, activation):
@@ -96,10 +45,6 @@ def np_decoder_block(block, x, enc, enc_mask, activation):
         out[b] = y
     return out
 
-
-def randomize(block, seed=0):
-    rng = np.random.default_rng(seed)
-    block.set_weights([rng.normal(scale=0.4, size=w.shape) for w in block.get_weights()])
 
 
 def sequences(seed=0, encoder_lengths=(5, 3)):

@@ -7,7 +7,6 @@ from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.scaled_dot_product_attention import scaled_dot_product_attention
 
-
 # Arguments of `MultiHeadAttention` that Transformer-XL attention does not combine with.
 _UNSUPPORTED = {
     "fused_qkv": "the position term needs the separate key projection W_{k,E}",

@@ -4,7 +4,6 @@ import math
 
 from keras import ops
 
-
 # The stand-in for -inf in masked float32 scores: finite, so fully masked rows stay finite.
 _MASKED_SCORE = -1e9
 

@@ -10,7 +10,6 @@ from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.layers.validation import clone_initializer
 
-
 SCORES = ("dot", "scaled_dot", "general", "additive", "cosine", "location")
 
 # Scores that compare s_t and h_i feature by feature, so both need the same size.
