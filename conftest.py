@@ -9,6 +9,21 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# Library packages built on TensorFlow by design (tf-text, tf.data): their docstring
+# examples run on the TensorFlow backend only.
+TF_PACKAGES = ("text",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `tensorflow` (tf.data, tf-text, SavedModel, TFLite) skip on other backends."""
+    if keras.config.backend() == "tensorflow":
+        return
+    skip = pytest.mark.skip(reason=f"needs the TensorFlow backend, not {keras.config.backend()}")
+    for item in items:
+        in_tf_package = any(f"/keras_attn/{name}/" in str(item.path) for name in TF_PACKAGES)
+        if item.get_closest_marker("tensorflow") or in_tf_package:
+            item.add_marker(skip)
+
 
 @pytest.fixture(autouse=True)
 def _isolate_keras_state(doctest_namespace):
