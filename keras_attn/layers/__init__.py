@@ -6,6 +6,8 @@ from keras_attn.layers.attention_mask import causal_mask
 from keras_attn.layers.attention_mask import merge_attention_masks
 from keras_attn.layers.attention_mask import query_key_positions
 from keras_attn.layers.attention_mask import sliding_window_mask
+from keras_attn.layers.crf import CRF
+from keras_attn.layers.crf import viterbi_decode
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
@@ -27,6 +29,7 @@ from keras_attn.layers.transformer_xl_block import TransformerXLBlock
 
 __all__ = [
     "AlibiBias",
+    "CRF",
     "MultiHeadAttention",
     "PositionEmbedding",
     "RelativeMultiHeadAttention",
@@ -50,4 +53,5 @@ __all__ = [
     "scaled_dot_product_attention",
     "sinusoidal_table",
     "sliding_window_mask",
+    "viterbi_decode",
 ]

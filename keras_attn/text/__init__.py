@@ -1,0 +1,67 @@
+"""Text pipeline: tokenizer, dataset readers, batching, NER and pretraining data.
+
+TensorFlow-specific by design (tensorflow-text and tf.data), so that the same tokenizer runs
+in training, inside the exported SavedModel and in TFLite.
+"""
+
+from keras_attn.text.batching import SequenceBatcher
+from keras_attn.text.batching import TruncationCounter
+from keras_attn.text.classification_reader import ClassificationExample
+from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.conll_reader import ConllReader
+from keras_attn.text.conll_reader import TaggedSentence
+from keras_attn.text.conll_reader import iob1_to_iob2
+from keras_attn.text.errors import DataError
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.ner import IGNORE_LABEL
+from keras_attn.text.ner import Entity
+from keras_attn.text.ner import align_word_labels
+from keras_attn.text.ner import decode_word_labels
+from keras_attn.text.ner import entity_scores
+from keras_attn.text.ner import entity_spans
+from keras_attn.text.ner import iob2_entities
+from keras_attn.text.ner import repair_iob2
+from keras_attn.text.ner import word_offsets_from_subwords
+from keras_attn.text.pretraining_data import MaskedLMMasker
+from keras_attn.text.pretraining_data import NextSentencePairs
+from keras_attn.text.raw_text_reader import Document
+from keras_attn.text.raw_text_reader import RawTextReader
+from keras_attn.text.text_lines import ReadReport
+from keras_attn.text.text_lines import read_lines
+from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.text.vocabulary import check_vocabulary
+from keras_attn.text.vocabulary import load_vocabulary
+from keras_attn.text.vocabulary import save_vocabulary
+from keras_attn.text.vocabulary import train_wordpiece_vocabulary
+
+__all__ = [
+    "IGNORE_LABEL",
+    "ClassificationExample",
+    "ClassificationReader",
+    "ConllReader",
+    "DataError",
+    "Document",
+    "Entity",
+    "LabelVocabulary",
+    "MaskedLMMasker",
+    "NextSentencePairs",
+    "RawTextReader",
+    "ReadReport",
+    "SequenceBatcher",
+    "TaggedSentence",
+    "TruncationCounter",
+    "WordPieceTokenizer",
+    "align_word_labels",
+    "check_vocabulary",
+    "decode_word_labels",
+    "entity_scores",
+    "entity_spans",
+    "iob1_to_iob2",
+    "iob2_entities",
+    "load_vocabulary",
+    "read_lines",
+    "repair_iob2",
+    "save_vocabulary",
+    "train_wordpiece_vocabulary",
+    "word_offsets_from_subwords",
+]

@@ -1,0 +1,528 @@
+"""BERT WordPiece tokenizer on tensorflow-text's fused `FastBertTokenizer` kernels.
+
+One tokenizer serves training (`tf.data`), the exported SavedModel / TFLite graph
+(tf-text custom ops `FastBertNormalize` and `FastWordpieceTokenizeWithOffsets`) and is the
+specification the phone's Kotlin tokenizer re-implements; `docs` lists every step.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from keras_attn.text.vocabulary import check_vocabulary
+from keras_attn.text.vocabulary import load_vocabulary
+
+TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
+
+# tf-text's word-length limit, in UTF-8 bytes of the normalized word: a longer word becomes
+# one unknown token (HF's BERT limit is 100 characters, see the parity notes in the docs).
+MAX_BYTES_PER_WORD = 100
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class WordPieceTokenizer(keras.layers.Layer):
+    """BERT WordPiece tokenizer and `[CLS] A [SEP] B [SEP]` packer (Devlin et al., 2019).
+
+    Text is normalized (control characters removed, whitespace unified, optionally
+    lower-cased and NFD-decomposed with combining marks removed), split on whitespace,
+    punctuation and around CJK ideographs, and each word is split greedily into the longest
+    vocabulary pieces from the left (`##` marks a continuation); a word with no
+    spelling, or longer than 100 bytes, becomes `unknown_token`. Ids equal HF `tokenizers`'
+    BERT tokenizer except for the few documented normalization differences.
+
+    The vocabulary is stored in the layer config, so a saved `.keras` model or an exported
+    SavedModel needs no `vocab.txt` beside it.
+
+    Args:
+        vocabulary: path to a BERT `vocab.txt` (one token per line, line = id) or a list
+            of tokens.
+        lowercase: bool. Lower-case the text (BERT "uncased"). Defaults to `True`.
+        strip_accents: bool or `None`. NFD-decompose and drop combining marks (Unicode
+            category Mn). `None` follows `lowercase`, as BERT does.
+        sequence_length: int >= 2, length of the packed `token_ids` (3 for pairs).
+            Defaults to `128`.
+        truncation: how a pair that is too long is cut, the same rules as HF `tokenizers`:
+            `"longest_first"` cuts the longer segment until both fit, and splits the
+            budget evenly (extra token to the longer, or to the second when equal) when
+            both exceed half; `"only_first"` / `"only_second"` cut only that segment and
+            raise if it cannot absorb the excess and keep one token (`ValueError` when
+            called eagerly, `InvalidArgumentError` inside `tf.function` / `tf.data`).
+            A single segment is always cut at its end. Truncation is counted: call
+            with `return_num_truncated=True`.
+        unknown_token, cls_token, sep_token, pad_token, mask_token: str, the special
+            tokens; each must be in the vocabulary.
+
+    Call arguments:
+        texts: string tensor `(B,)` or scalar, or Python str / list of str.
+        text_pairs: optional, like `texts`: the second segment.
+        return_num_truncated: bool; if true the output also holds `"num_truncated"`,
+            `(B,)` int32, the number of word pieces cut from each example.
+
+    Returns:
+        dict of `"token_ids"` (int32), `"segment_ids"` (int32: 0 for `[CLS] A [SEP]`, 1
+        for `B [SEP]`) and `"padding_mask"` (bool), each `(B, sequence_length)` (or
+        `(sequence_length,)` for a scalar input), padded with the pad id.
+
+    Example:
+    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "##s"]
+    >>> tokenizer = WordPieceTokenizer(vocab, sequence_length=8)
+    >>> tokenizer.tokenize(["The cats sat"]).to_list()
+    [[5, 6, 8, 7]]
+    >>> out = tokenizer(["The cats sat"], ["the dog"], return_num_truncated=True)
+    >>> out["token_ids"].numpy().tolist()  # "sat" was cut to fit 8
+    [[2, 5, 6, 8, 3, 5, 1, 3]]
+    >>> out["segment_ids"].numpy().tolist()
+    [[0, 0, 0, 0, 0, 1, 1, 1]]
+    >>> out["num_truncated"].numpy().tolist()
+    [1]
+    """
+
+    def __init__(
+        self,
+        vocabulary,
+        lowercase=True,
+        strip_accents=None,
+        sequence_length=128,
+        truncation="longest_first",
+        unknown_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+        **kwargs,
+    ):
+        special_tokens = {
+            "unknown_token": unknown_token,
+            "cls_token": cls_token,
+            "sep_token": sep_token,
+            "pad_token": pad_token,
+            "mask_token": mask_token,
+        }
+        for name, token in special_tokens.items():
+            if not isinstance(token, str) or not token:
+                raise ValueError(f"`{name}` must be a non-empty str. Received: {name}={token!r}")
+        if isinstance(vocabulary, (str, os.PathLike)):
+            tokens = load_vocabulary(vocabulary, special_tokens=tuple(special_tokens.values()))
+        elif isinstance(vocabulary, (list, tuple)):
+            tokens = list(vocabulary)
+            check_vocabulary(tokens, special_tokens=tuple(special_tokens.values()))
+        else:
+            raise ValueError(
+                "`vocabulary` must be the path of a vocab.txt or a list of tokens. "
+                f"Received: vocabulary={type(vocabulary).__name__}"
+            )
+        if not isinstance(lowercase, bool):
+            raise ValueError(f"`lowercase` must be a bool. Received: lowercase={lowercase!r}")
+        if strip_accents is not None and not isinstance(strip_accents, bool):
+            raise ValueError(
+                f"`strip_accents` must be a bool or None. Received: strip_accents={strip_accents!r}"
+            )
+        if (
+            isinstance(sequence_length, bool)
+            or not isinstance(sequence_length, int)
+            or (sequence_length < 2)
+        ):
+            raise ValueError(
+                "`sequence_length` must be an int >= 2 (room for [CLS] and [SEP]). "
+                f"Received: sequence_length={sequence_length!r}"
+            )
+        if truncation not in TRUNCATION_STRATEGIES:
+            raise ValueError(
+                f"`truncation` must be one of {TRUNCATION_STRATEGIES}. "
+                f"Received: truncation={truncation!r}"
+            )
+        kwargs.setdefault("trainable", False)
+        super().__init__(**kwargs)
+        # Strings in, ids out: Keras must neither convert nor cast the inputs.
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        self.built = True
+
+        self.vocabulary = tokens
+        self.lowercase = lowercase
+        self.strip_accents = lowercase if strip_accents is None else strip_accents
+        self._strip_accents_argument = strip_accents
+        self.sequence_length = sequence_length
+        self.truncation = truncation
+        self.unknown_token = unknown_token
+        self.cls_token = cls_token
+        self.sep_token = sep_token
+        self.pad_token = pad_token
+        self.mask_token = mask_token
+        self._token_to_id = {token: index for index, token in enumerate(tokens)}
+
+        # BERT uncased (lowercase + strip accents) and cased (neither) are what the fused
+        # normalizer does; the two mixed settings run the missing step as a TF op first.
+        self._fused_normalization = self.lowercase == self.strip_accents
+        self._fast_bert = tf_text.FastBertTokenizer(
+            vocab=tokens,
+            token_out_type=tf.int32,
+            unknown_token=unknown_token,
+            max_bytes_per_word=MAX_BYTES_PER_WORD,
+            support_detokenization=True,
+            lower_case_nfd_strip_accents=self.lowercase and self.strip_accents,
+        )
+
+    # --- Vocabulary -----------------------------------------------------------------
+
+    def vocabulary_size(self):
+        """Number of tokens (ids run from 0 to `vocabulary_size() - 1`)."""
+        return len(self.vocabulary)
+
+    def get_vocabulary(self):
+        """A copy of the token list (index = id)."""
+        return list(self.vocabulary)
+
+    def id_to_token(self, id):
+        """The token of one id (a Python int)."""
+        if isinstance(id, bool) or not isinstance(id, int) or not 0 <= id < len(self.vocabulary):
+            raise ValueError(
+                f"`id` must be an int in [0, {len(self.vocabulary)}). Received: id={id!r}"
+            )
+        return self.vocabulary[id]
+
+    def token_to_id(self, token):
+        """The id of one token (a Python str in the vocabulary)."""
+        if token not in self._token_to_id:
+            raise ValueError(
+                f"Token {token!r} is not in the vocabulary ({len(self.vocabulary)} tokens). "
+                f"Received: token={token!r}"
+            )
+        return self._token_to_id[token]
+
+    @property
+    def unknown_token_id(self):
+        return self._token_to_id[self.unknown_token]
+
+    @property
+    def cls_token_id(self):
+        return self._token_to_id[self.cls_token]
+
+    @property
+    def sep_token_id(self):
+        return self._token_to_id[self.sep_token]
+
+    @property
+    def pad_token_id(self):
+        return self._token_to_id[self.pad_token]
+
+    @property
+    def mask_token_id(self):
+        return self._token_to_id[self.mask_token]
+
+    # --- Tokenization ---------------------------------------------------------------
+
+    def tokenize(self, texts):
+        """Word-piece ids without special tokens.
+
+        Args:
+            texts: string tensor `(B,)` or scalar (or Python str / list of str).
+
+        Returns:
+            int32 `tf.RaggedTensor` `(B, None)`, or a 1-D tensor for a scalar input.
+        """
+        texts, scalar = _as_string_vector(texts, "texts")
+        ids = self._fast_bert.tokenize(self._pre_normalize(texts))  # (B, None)
+        return ids[0] if scalar else ids
+
+    def tokenize_with_offsets(self, texts):
+        """Word-piece ids with the character span of each piece in the input.
+
+        Offsets count Unicode code points of the original (unnormalized) string, so in
+        Python `text[start:end]` is the source of the piece (e.g. "Café" for "cafe").
+        Characters removed by normalization (control characters, stripped accents in the
+        mixed modes) fall outside every span.
+
+        Returns:
+            `(ids, starts, ends)`, int32 `tf.RaggedTensor`s `(B, None)` (1-D for a scalar).
+        """
+        texts, scalar = _as_string_vector(texts, "texts")
+        normalized = self._pre_normalize(texts)
+        ids, byte_starts, byte_ends = self._fast_bert.tokenize_with_offsets(normalized)
+        # Byte span of each original character in the string the kernel saw: its own
+        # bytes when the fused kernel normalized (it reports offsets into the original),
+        # else the bytes it became once pre-normalized on its own (lower-casing is per
+        # character anyway; NFD and mark removal act on each character alone).
+        chars = tf.strings.unicode_split(texts, "UTF-8")  # (B, C)
+        char_texts = chars.flat_values  # (N,)
+        if not self._fused_normalization:
+            char_texts = self._pre_normalize(char_texts)
+        lengths = tf.cast(chars.with_flat_values(tf.strings.length(char_texts)), tf.int64)
+        char_starts = tf.math.cumsum(lengths, axis=1, exclusive=True)  # (B, C)
+        char_ends = tf.math.cumsum(lengths, axis=1)  # (B, C)
+        # A piece starts in the last character starting at or before its first byte.
+        starts = _count_at_most(char_starts, byte_starts, strict=False) - 1
+        # It ends after every character ending at or before its end (so accents that
+        # normalization removed stay with the letter before them), and after a character
+        # it ends inside of (one character can become several pieces: "ß" -> "ss").
+        ends = tf.maximum(
+            _count_at_most(char_ends, byte_ends, strict=False),
+            _count_at_most(char_starts, byte_ends, strict=True),
+        )
+        if scalar:
+            return ids[0], starts[0], ends[0]
+        return ids, starts, ends
+
+    def tokenize_words(self, words):
+        """Word-piece ids of pre-split words, e.g. the tokens of a CoNLL sentence.
+
+        Each word is tokenized as if it were a text of its own, so punctuation inside a
+        word ("U.S.") still splits into several pieces, all belonging to that word; a word
+        made only of removed characters (control characters, zero-width marks) yields no
+        pieces. Concatenating a sentence's pieces gives `tokenize(" ".join(words))`.
+
+        Args:
+            words: string `tf.RaggedTensor` or dense tensor `(B, W)`, or a list of lists
+                of str. Every entry of a dense tensor counts as a word.
+
+        Returns:
+            int32 `tf.RaggedTensor` `(B, W, None)`.
+        """
+        if isinstance(words, (list, tuple)):
+            words = tf.ragged.constant(list(words), dtype=tf.string, ragged_rank=1)
+        elif not isinstance(words, tf.RaggedTensor):
+            words = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(words))
+        if words.dtype != tf.string or words.shape.rank != 2 or words.ragged_rank != 1:
+            raise ValueError(
+                "`words` must be a (batch, words) string tensor. "
+                f"Received: words with dtype={words.dtype.name}, shape={words.shape}"
+            )
+        pieces = self.tokenize(words.flat_values)  # (N_words, None)
+        return tf.RaggedTensor.from_row_splits(pieces, words.row_splits)  # (B, W, None)
+
+    def detokenize(self, ids):
+        """Text from ids: pieces joined, `##` continuations glued, words space-separated.
+
+        Padding ids are removed (they are not text); other special tokens are kept by
+        name. Normalization is not undone (uncased text comes back lower-case).
+
+        Args:
+            ids: int tensor or `tf.RaggedTensor` `(B, None)`, a 1-D tensor, or lists.
+
+        Returns:
+            string tensor `(B,)` (a scalar for 1-D ids).
+        """
+        if isinstance(ids, (list, tuple)):
+            ids = tf.ragged.constant(ids, dtype=tf.int32)
+        elif not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        ids = tf.cast(ids, tf.int32)
+        scalar = ids.shape.rank == 1
+        if scalar:
+            ids = ids[tf.newaxis]
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        ids = tf.ragged.boolean_mask(ids, ids != self.pad_token_id)
+        texts = self._fast_bert.detokenize(ids)  # (B,)
+        return texts[0] if scalar else texts
+
+    # --- Packing --------------------------------------------------------------------
+
+    def call(self, texts, text_pairs=None, return_num_truncated=False):
+        texts, scalar = _as_string_vector(texts, "texts")
+        first = self.tokenize(texts)  # (B, None)
+        first_lengths = first.row_lengths()  # (B,)
+        if text_pairs is None:
+            budget = tf.constant(self.sequence_length - 2, tf.int64)
+            kept_first = tf.minimum(first_lengths, budget)  # (B,)
+            num_truncated = first_lengths - kept_first  # (B,)
+            first = _keep_first(first, kept_first)
+            pieces = [
+                self._column(first, self.cls_token_id),
+                first,
+                self._column(first, self.sep_token_id),
+            ]
+            segments = [0, 0, 0]
+        else:
+            if self.sequence_length < 3:
+                raise ValueError(
+                    "Packing a pair needs `sequence_length` >= 3 ([CLS] A [SEP] B [SEP]). "
+                    f"Received: sequence_length={self.sequence_length}"
+                )
+            text_pairs, pair_scalar = _as_string_vector(text_pairs, "text_pairs")
+            if pair_scalar != scalar:
+                raise ValueError(
+                    "`texts` and `text_pairs` must both be scalars or both be batches. "
+                    f"Received: texts rank {0 if scalar else 1}, text_pairs rank "
+                    f"{0 if pair_scalar else 1}"
+                )
+            second = self.tokenize(text_pairs)  # (B, None)
+            second_lengths = second.row_lengths()  # (B,)
+            kept_first, kept_second = self._truncated_lengths(
+                first_lengths, second_lengths, tf.constant(self.sequence_length - 3, tf.int64)
+            )
+            num_truncated = first_lengths - kept_first + second_lengths - kept_second  # (B,)
+            first = _keep_first(first, kept_first)
+            second = _keep_first(second, kept_second)
+            pieces = [
+                self._column(first, self.cls_token_id),
+                first,
+                self._column(first, self.sep_token_id),
+                second,
+                self._column(first, self.sep_token_id),
+            ]
+            segments = [0, 0, 0, 1, 1]
+        token_ids = tf.concat(pieces, axis=1)  # (B, None), at most sequence_length
+        segment_ids = tf.concat(
+            [tf.ones_like(piece) * segment for piece, segment in zip(pieces, segments)], axis=1
+        )  # (B, None)
+        shape = [None, self.sequence_length]
+        outputs = {
+            "token_ids": token_ids.to_tensor(self.pad_token_id, shape=shape),  # (B, L)
+            "segment_ids": segment_ids.to_tensor(0, shape=shape),  # (B, L)
+            "padding_mask": tf.sequence_mask(
+                token_ids.row_lengths(), self.sequence_length
+            ),  # (B, L)
+        }
+        if return_num_truncated:
+            outputs["num_truncated"] = tf.cast(num_truncated, tf.int32)
+        if scalar:
+            outputs = {key: value[0] for key, value in outputs.items()}
+        return outputs
+
+    def _truncated_lengths(self, first_lengths, second_lengths, budget):
+        """Kept lengths of both segments, following HF `tokenizers`' truncation rules."""
+        excess = tf.maximum(first_lengths + second_lengths - budget, 0)  # (B,)
+        if self.truncation == "longest_first":
+            # HF: with n1 <= n2, keep n1 and fill the rest with n2; if n1 alone takes more
+            # than half, give each half (the odd token to the longer, or to the second).
+            swap = first_lengths > second_lengths
+            short = tf.minimum(first_lengths, second_lengths)
+            long = tf.maximum(first_lengths, second_lengths)
+            kept_long = tf.where(short > budget, short, tf.maximum(short, budget - short))
+            kept_short = short
+            halve = kept_short + kept_long > budget
+            kept_short = tf.where(halve, budget // 2, kept_short)
+            kept_long = tf.where(halve, budget // 2 + budget % 2, kept_long)
+            kept_short = tf.minimum(kept_short, short)
+            kept_long = tf.minimum(kept_long, long)
+            kept_first = tf.where(swap, kept_long, kept_short)
+            kept_second = tf.where(swap, kept_short, kept_long)
+            fits = excess == 0
+            return (
+                tf.where(fits, first_lengths, kept_first),
+                tf.where(fits, second_lengths, kept_second),
+            )
+        cut_first = self.truncation == "only_first"
+        target = first_lengths if cut_first else second_lengths
+        name = "first" if cut_first else "second"
+        fits = (excess == 0) | (target > excess)  # (B,)
+        message = (
+            f"truncation='{self.truncation}' cannot fit an example into "
+            f"sequence_length={self.sequence_length}: the {name} segment is too short to "
+            "absorb the excess. Use truncation='longest_first' or a longer sequence_length."
+        )
+        if tf.executing_eagerly():
+            bad = tf.where(~fits)[:, 0].numpy().tolist()
+            if bad:
+                raise ValueError(
+                    f"{message} Examples {bad[:8]}: excess tokens "
+                    f"{tf.gather(excess, bad[:8]).numpy().tolist()}, {name} segment lengths "
+                    f"{tf.gather(target, bad[:8]).numpy().tolist()}."
+                )
+        check = tf.debugging.Assert(
+            tf.reduce_all(fits),
+            [message, "Excess tokens per example:", excess, f"{name} segment lengths:", target],
+            summarize=8,
+        )
+        with tf.control_dependencies([check]):
+            kept = tf.identity(target - excess)
+        if cut_first:
+            return kept, second_lengths
+        return first_lengths, kept
+
+    def _column(self, like, token_id):
+        batch_size = like.nrows()
+        return tf.RaggedTensor.from_tensor(
+            tf.fill([batch_size, 1], tf.constant(token_id, tf.int32))
+        )
+
+    def _pre_normalize(self, texts):
+        """The normalization step the fused kernel lacks in the mixed modes (identity else)."""
+        if self._fused_normalization:
+            return texts
+        if self.lowercase:
+            # Character by character, as HF does: whole-string lowering would turn a
+            # word-final sigma into "ς" where BERT's normalizer gives "σ".
+            chars = tf.strings.unicode_split(texts, "UTF-8")  # (B, C)
+            lowered = chars.with_flat_values(
+                tf.strings.lower(chars.flat_values, encoding="utf-8")
+            )  # (B, C)
+            return tf.strings.reduce_join(lowered, axis=-1)  # (B,)
+        decomposed = tf_text.normalize_utf8(texts, "NFD")
+        return tf.strings.regex_replace(decomposed, r"\p{Mn}", "")
+
+    def compute_output_spec(self, texts, text_pairs=None, return_num_truncated=False):
+        batch_shape = tuple(texts.shape)
+        shape = batch_shape + (self.sequence_length,)
+        outputs = {
+            "token_ids": keras.KerasTensor(shape, dtype="int32"),
+            "segment_ids": keras.KerasTensor(shape, dtype="int32"),
+            "padding_mask": keras.KerasTensor(shape, dtype="bool"),
+        }
+        if return_num_truncated:
+            outputs["num_truncated"] = keras.KerasTensor(batch_shape, dtype="int32")
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary": list(self.vocabulary),
+                "lowercase": self.lowercase,
+                "strip_accents": self._strip_accents_argument,
+                "sequence_length": self.sequence_length,
+                "truncation": self.truncation,
+                "unknown_token": self.unknown_token,
+                "cls_token": self.cls_token,
+                "sep_token": self.sep_token,
+                "pad_token": self.pad_token,
+                "mask_token": self.mask_token,
+            }
+        )
+        return config
+
+
+def _as_string_vector(texts, name):
+    """`(B,)` string tensor from str / list / numpy / tensor, and whether it was a scalar."""
+    if isinstance(texts, tf.RaggedTensor):
+        raise ValueError(
+            f"`{name}` must be a scalar or 1-D string tensor, not ragged (for pre-split "
+            f"words use `tokenize_words`). Received: {name} with shape={texts.shape}"
+        )
+    if isinstance(texts, (list, tuple)) and not texts:
+        texts = tf.zeros([0], tf.string)
+    texts = tf.convert_to_tensor(texts)
+    if texts.dtype != tf.string or texts.shape.rank not in (0, 1):
+        raise ValueError(
+            f"`{name}` must be a scalar or 1-D string tensor. Received: {name} with "
+            f"dtype={texts.dtype.name}, shape={texts.shape}"
+        )
+    if texts.shape.rank == 0:
+        return texts[tf.newaxis], True
+    return texts, False
+
+
+def _keep_first(ragged, lengths):
+    """The first `lengths[b]` items of each row of `ragged` `(B, None)`."""
+    positions = tf.ragged.range(ragged.row_lengths())  # (B, None)
+    return tf.ragged.boolean_mask(ragged, positions < lengths[:, tf.newaxis])
+
+
+def _count_at_most(sorted_values, queries, strict):
+    """Per row, how many of `sorted_values` are <= (or < if `strict`) each query.
+
+    Args:
+        sorted_values: int64 `tf.RaggedTensor` `(B, C)`, non-decreasing along each row.
+        queries: int `tf.RaggedTensor` `(B, T)`.
+
+    Returns:
+        int32 `tf.RaggedTensor` `(B, T)`.
+    """
+    padded = sorted_values.to_tensor(default_value=tf.int64.max)  # (B, C)
+    values = tf.cast(queries, tf.int64).to_tensor(default_value=0)  # (B, T)
+    side = "left" if strict else "right"
+    counts = tf.searchsorted(padded, values, side=side, out_type=tf.int32)  # (B, T)
+    return tf.RaggedTensor.from_tensor(counts, lengths=queries.row_lengths())
