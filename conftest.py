@@ -9,6 +9,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# Scripts that made the reference fixtures; they need PyTorch and run outside the suite.
+collect_ignore = ["tests/fixtures"]
+
 # Library packages built on TensorFlow by design (tf-text, tf.data): their docstring
 # examples run on the TensorFlow backend only.
 TF_PACKAGES = ("text",)

@@ -428,12 +428,8 @@ def test_dynamic_length_under_tf_function():
 
 
 def _tflite_interpreter(model_content):
-    try:
-        from ai_edge_litert.interpreter import Interpreter
-    except ImportError:
-        import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
 
-        Interpreter = tf.lite.Interpreter
     interpreter = Interpreter(model_content=model_content)
     interpreter.allocate_tensors()
     return interpreter

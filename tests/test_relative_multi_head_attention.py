@@ -108,6 +108,26 @@ def test_padding_mask_over_segment_or_over_memory_and_segment(use_causal_mask):
     np.testing.assert_allclose(ops.convert_to_numpy(out), expected, atol=1e-4)
 
 
+@pytest.mark.tensorflow
+def test_segment_length_unknown_while_tracing():
+    # Segments of varying length (a shorter last segment) retrace with T unknown while the
+    # memory length is static: the (B, T) mask must still be extended over the memory.
+    import tensorflow as tf
+
+    layer = random_layer()
+    step = tf.function(
+        lambda x, memory, mask: layer(x, memory=memory, padding_mask=mask, use_causal_mask=True),
+        input_signature=[
+            tf.TensorSpec((B, None, D)), tf.TensorSpec((B, M, D)), tf.TensorSpec((B, None), tf.bool)
+        ],
+    )
+    for length in (T, 2):
+        eager = layer(X[:, :length], memory=MEMORY, padding_mask=PADDING[:, :length],
+                      use_causal_mask=True)
+        traced = step(X[:, :length], MEMORY, PADDING[:, :length])
+        np.testing.assert_allclose(ops.convert_to_numpy(traced), eager, atol=1e-5)
+
+
 def test_explicit_attention_mask_is_merged_with_causal():
     layer = random_layer()
     explicit = RNG.random((B, T, M + T)) > 0.3

@@ -75,3 +75,11 @@ def test_masked_softmax_half_precision_sums_to_one():
     probs = ops.convert_to_numpy(ops.cast(masked_softmax(scores, mask), "float32"))
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-3)
     assert np.all(probs[:, 10:] == 0.0)
+
+
+def test_single_key_gets_probability_one_without_a_softmax_warning(recwarn):
+    scores = np.array([[[2.5], [-1.0]]], "float32")  # (1, T=2, S=1)
+    probs = ops.convert_to_numpy(masked_softmax(scores, np.array([[[True], [False]]])))
+    np.testing.assert_array_equal(probs, [[[1.0], [0.0]]])
+    np.testing.assert_array_equal(ops.convert_to_numpy(masked_softmax(scores)), 1.0)
+    assert not [w for w in recwarn if "softmax" in str(w.message)]

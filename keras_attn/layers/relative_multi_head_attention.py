@@ -211,7 +211,6 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         implicit_mask = mask if query_mask is None else query_mask
         if implicit_mask is not None:
             query = ops.copy(query)  # consumed here: keep the projections from warning
-        memory_length = 0
         keys = None
         if memory is not None:
             if len(memory.shape) != 3 or memory.shape[-1] != query.shape[-1]:
@@ -219,12 +218,11 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                     "`memory` must be (batch, memory_length, d_model) with the query's "
                     f"d_model={query.shape[-1]}. Received: memory.shape={tuple(memory.shape)}"
                 )
-            memory_length = memory.shape[1]
             memory = ops.stop_gradient(ops.cast(memory, query.dtype))  # (B, M, d)
             keys = ops.concatenate([memory, query], axis=1)  # (B, M + T, d)
         padding_mask = and_masks(
-            _key_padding_mask(padding_mask, query, memory_length),
-            _key_padding_mask(implicit_mask, query, memory_length),
+            _key_padding_mask(padding_mask, query, memory),
+            _key_padding_mask(implicit_mask, query, memory),
         )  # (B, M + T)
         # The parent projects q from `query`, k and v from `keys`, merges the masks with
         # the causal one aligned to the end of the keys, then calls `_compute_attention`.
@@ -276,26 +274,32 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         return config
 
 
-def _key_padding_mask(mask, query, memory_length):
+def _key_padding_mask(mask, query, memory):
     """A `(B, T)` or `(B, M + T)` padding mask as a `(B, M + T)` key mask (or `None`).
 
     A `(B, T)` mask describes the current segment; the memory is then taken as all real.
+    Lengths may be unknown while tracing (segments of varying length), so the number of
+    memory positions to prepend is computed from run-time shapes: `M` for a `(B, T)` mask,
+    `0` for a `(B, M + T)` one.
     """
     if mask is None:
         return None
     mask = ops.cast(mask, "bool")
+    memory_length = 0 if memory is None else memory.shape[1]
     query_length, length = query.shape[1], mask.shape[-1]
+    static = None not in (memory_length, query_length, length)
     if len(mask.shape) != 2 or (
-        memory_length and length not in (query_length, memory_length + query_length)
+        static and length not in (query_length, memory_length + query_length)
     ):
+        expected = "?" if None in (memory_length, query_length) else memory_length + query_length
         raise ValueError(
             "`padding_mask` must be (batch, segment_length) or (batch, memory_length + "
-            f"segment_length) = (batch, {query_length}) or (batch, "
-            f"{memory_length + (query_length or 0)}). "
+            f"segment_length) = (batch, {query_length}) or (batch, {expected}). "
             f"Received: padding_mask.shape={tuple(mask.shape)}"
         )
-    if memory_length and length == query_length:
-        memory_mask = ops.ones((ops.shape(mask)[0], memory_length), dtype="bool")
-        mask = ops.concatenate([memory_mask, mask], axis=1)  # (B, M + T)
-    return mask
+    if memory is None:
+        return mask
+    missing = ops.shape(memory)[1] + ops.shape(query)[1] - ops.shape(mask)[1]
+    memory_mask = ops.ones((ops.shape(mask)[0], missing), dtype="bool")  # (B, M or 0)
+    return ops.concatenate([memory_mask, mask], axis=1)  # (B, M + T)
 

@@ -24,6 +24,11 @@ def masked_softmax(scores, mask=None, axis=-1):
     """
     dtype = scores.dtype
     scores = ops.cast(scores, "float32")
+    if scores.shape[axis] == 1:
+        # One key (the first decoding step): its probability is 1. Keras warns on a
+        # softmax over a size-1 axis, so skip it.
+        probs = ops.ones_like(scores)
+        return ops.cast(probs if mask is None else ops.where(mask, probs, 0.0), dtype)
     if mask is None:
         return ops.cast(ops.softmax(scores, axis=axis), dtype)
     mask = ops.cast(mask, "bool")

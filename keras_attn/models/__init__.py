@@ -1,0 +1,43 @@
+"""keras-attn models: functional backbones and the task models built on them."""
+
+from keras_attn.models.bert_backbone import BERT_PRESETS
+from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.models.bert_backbone import bert_parameter_count
+from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.models.bert_masked_lm import BertMaskedLM
+from keras_attn.models.bert_pretrainer import BertPretrainer
+from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.models.gpt_backbone import GPT_PRESETS
+from keras_attn.models.gpt_backbone import GPTBackbone
+from keras_attn.models.gpt_backbone import gpt_parameter_count
+from keras_attn.models.gpt_causal_lm import GPTCausalLM
+from keras_attn.models.masked_lm_head import MaskedLMHead
+from keras_attn.models.masked_sparse_categorical_crossentropy import (
+    MaskedSparseCategoricalCrossentropy,
+)
+from keras_attn.models.seq2seq_transformer import SEQ2SEQ_TRANSFORMER_PRESETS
+from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
+from keras_attn.models.seq2seq_transformer import make_teacher_forcing_batch
+from keras_attn.models.transformer_xl_lm import TRANSFORMER_XL_PRESETS
+from keras_attn.models.transformer_xl_lm import TransformerXLLM
+
+__all__ = [
+    "BERT_PRESETS",
+    "GPT_PRESETS",
+    "SEQ2SEQ_TRANSFORMER_PRESETS",
+    "TRANSFORMER_XL_PRESETS",
+    "BertBackbone",
+    "BertClassifier",
+    "BertMaskedLM",
+    "BertPretrainer",
+    "BertTokenClassifier",
+    "GPTBackbone",
+    "GPTCausalLM",
+    "MaskedLMHead",
+    "MaskedSparseCategoricalCrossentropy",
+    "Seq2SeqTransformer",
+    "TransformerXLLM",
+    "bert_parameter_count",
+    "gpt_parameter_count",
+    "make_teacher_forcing_batch",
+]

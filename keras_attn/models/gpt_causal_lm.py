@@ -1,0 +1,226 @@
+import keras
+from keras import ops
+
+from keras_attn import generation
+from keras_attn.models.gpt_backbone import GPTBackbone
+
+
+class TiedEmbeddingLogits(keras.layers.Layer):
+    """Output projection tied to a token embedding: `logits = h E^T` (Press & Wolf, 2017,
+    "Using the Output Embedding to Improve Language Models"), as GPT-2's LM head.
+
+    Not a public layer: `GPTCausalLM` creates it around its backbone's token embedding,
+    whose `(V, H)` matrix it reads at every call, so it owns no weights of its own.
+    """
+
+    def __init__(self, embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    def call(self, hidden):
+        table = ops.cast(self.embedding.embeddings, self.compute_dtype)  # (V, H)
+        return ops.matmul(hidden, ops.transpose(table))  # (B, T, V)
+
+    def compute_output_shape(self, hidden_shape):
+        return tuple(hidden_shape[:-1]) + (self.embedding.input_dim,)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class GPTCausalLM(keras.Model):
+    """GPT-2 language model: a `GPTBackbone` and the tied output projection, plus cached
+    decoding (greedy, sampling, beam search).
+
+        p(x_t | x_<t) = softmax(LN_f(h_L)_{t-1} W_te^T)      (B, T, V) logits
+
+    Train it with a next-token loss: inputs `token_ids[:, :-1]`, targets
+    `token_ids[:, 1:]`, `sample_weight = padding_mask[:, 1:]` so padding is ignored
+    (`SparseCategoricalCrossentropy(from_logits=True)`).
+
+    Decoding keeps every block's keys and values in one cache tensor
+    `(B, num_layers, 2, S_max, num_heads, head_dim)` (`[:, l, 0]` keys, `[:, l, 1]`
+    values of block `l`), so a new token costs one length-1 call through the blocks
+    instead of re-running the whole prefix. `generate` and `beam_search` hand
+    `next_token_logits` to `keras_attn.generation`; all of it traces under
+    `tf.function`.
+
+    Args:
+        backbone: a `GPTBackbone`.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+
+    Inputs:
+        The backbone's dict: `token_ids` and `padding_mask`, `(B, T)` ints.
+
+    Returns:
+        `(B, T, vocabulary_size)` next-token logits.
+
+    Example:
+    >>> backbone = GPTBackbone(vocabulary_size=20, num_layers=1, num_heads=2,
+    ...                        hidden_dim=8, intermediate_dim=16, max_sequence_length=16)
+    >>> lm = GPTCausalLM(backbone)
+    >>> logits = lm({"token_ids": np.array([[3, 4, 5]]), "padding_mask": np.ones((1, 3))})
+    >>> tuple(logits.shape)
+    (1, 3, 20)
+    >>> tuple(lm.generate(np.array([[3, 4, 5]]), max_new_tokens=4).shape)
+    (1, 7)
+    """
+
+    def __init__(self, backbone, **kwargs):
+        if not isinstance(backbone, GPTBackbone):
+            raise ValueError(
+                f"`backbone` must be a GPTBackbone. Received: backbone={backbone!r}"
+            )
+
+        # === Layers ===
+        lm_head = TiedEmbeddingLogits(
+            backbone.token_embedding, dtype=backbone.dtype_policy, name="lm_head"
+        )
+
+        # === Functional Model ===
+        inputs = backbone.input
+        logits = lm_head(backbone(inputs))  # (B, T, V)
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+
+        # === Config ===
+        self.backbone = backbone
+
+    # === Cached decoding ===
+
+    def build_cache(self, batch_size, max_length):
+        """An empty KV cache `(B, num_layers, 2, max_length, num_heads, head_dim)`.
+
+        Args:
+            batch_size: int or scalar tensor.
+            max_length: int, positions the cache holds (prompt + new tokens), at most
+                the backbone's `max_sequence_length`.
+        """
+        self._check_length("max_length", max_length)
+        b = self.backbone
+        shape = (batch_size, b.num_layers, 2, max_length, b.num_heads,
+                 b.hidden_dim // b.num_heads)
+        return ops.zeros(shape, dtype=self.compute_dtype)
+
+    def call_with_cache(self, token_ids, cache, cache_update_index):
+        """Runs `token_ids` through the model with the KV cache.
+
+        Args:
+            token_ids: `(B, t)` int tensor, the tokens at positions
+                `cache_update_index .. cache_update_index + t - 1`.
+            cache: `(B, num_layers, 2, S_max, num_heads, head_dim)` from `build_cache`.
+            cache_update_index: int or scalar int tensor, the number of tokens already
+                in the cache.
+
+        Returns:
+            `(logits, cache)`: `(B, t, V)` logits of those positions and the cache with
+            their keys/values written.
+        """
+        b = self.backbone
+        x = b.get_layer("embeddings")(token_ids, start_index=cache_update_index)  # (B, t, H)
+        layer_caches = []
+        for i, block in enumerate(b.transformer_layers):
+            x, layer_cache = block(
+                x, self_attention_cache=cache[:, i],
+                self_attention_cache_update_index=cache_update_index,
+            )  # (B, t, H), (B, 2, S_max, heads, head_dim)
+            layer_caches.append(layer_cache)
+        x = b.get_layer("final_layer_norm")(x)  # (B, t, H)
+        logits = self.get_layer("lm_head")(x)  # (B, t, V)
+        return logits, ops.stack(layer_caches, axis=1)
+
+    def next_token_logits(self, token_ids, cache, index):
+        """The `keras_attn.generation` callback: logits `(B, V)` of the last position."""
+        logits, cache = self.call_with_cache(token_ids, cache, index)
+        return logits[:, -1, :], cache
+
+    def generate(
+        self,
+        prompt_ids,
+        max_new_tokens,
+        sampler="greedy",
+        stop_token_ids=(),
+        pad_token_id=0,
+        seed=None,
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+    ):
+        """Greedy or sampled continuation of `prompt_ids` (see `generation.generate`).
+
+        Args:
+            prompt_ids: `(B, P)` int tensor; every row has `P` real tokens (batch
+                prompts of equal length together).
+            max_new_tokens: int; `P + max_new_tokens` must fit `max_sequence_length`.
+            sampler, stop_token_ids, pad_token_id, seed, temperature, top_k, top_p: as
+                in `keras_attn.generation.generate`.
+
+        Returns:
+            `(B, P + max_new_tokens)` int32 token ids.
+        """
+        prompt_ids = ops.convert_to_tensor(prompt_ids, "int32")
+        cache = self._cache_for(prompt_ids, max_new_tokens)
+        return generation.generate(
+            self.next_token_logits, prompt_ids, cache, max_new_tokens, sampler=sampler,
+            stop_token_ids=stop_token_ids, pad_token_id=pad_token_id, seed=seed,
+            temperature=temperature, top_k=top_k, top_p=top_p,
+        )
+
+    def beam_search(
+        self,
+        prompt_ids,
+        max_new_tokens,
+        num_beams,
+        length_penalty=1.0,
+        stop_token_ids=(),
+        pad_token_id=0,
+    ):
+        """Beam-search continuation of `prompt_ids` (see `generation.beam_search`).
+
+        Returns:
+            `(sequences, scores)`: `(B, P + max_new_tokens)` int32 and `(B,)` float32.
+        """
+        prompt_ids = ops.convert_to_tensor(prompt_ids, "int32")
+        cache = self._cache_for(prompt_ids, max_new_tokens)
+        return generation.beam_search(
+            self.next_token_logits, prompt_ids, cache, max_new_tokens, num_beams=num_beams,
+            length_penalty=length_penalty, stop_token_ids=stop_token_ids,
+            pad_token_id=pad_token_id,
+        )
+
+    def _cache_for(self, prompt_ids, max_new_tokens):
+        if len(prompt_ids.shape) != 2 or prompt_ids.shape[1] is None:
+            raise ValueError(
+                "`prompt_ids` must be a (batch, prompt_length) tensor with a static "
+                f"prompt_length. Received: prompt_ids.shape={tuple(prompt_ids.shape)}"
+            )
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
+            max_new_tokens < 0
+        ):
+            raise ValueError(
+                "`max_new_tokens` must be an integer >= 0. "
+                f"Received: max_new_tokens={max_new_tokens!r}"
+            )
+        total = prompt_ids.shape[1] + max_new_tokens
+        self._check_length("prompt_length + max_new_tokens", total)
+        return self.build_cache(ops.shape(prompt_ids)[0], total)
+
+    def _check_length(self, name, length):
+        limit = self.backbone.max_sequence_length
+        if not 1 <= length <= limit:
+            raise ValueError(
+                f"`{name}` must be in [1, max_sequence_length={limit}]: the model has "
+                f"learned positions 0..{limit - 1} only. Received: {name}={length}"
+            )
+
+    # === Config ===
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
