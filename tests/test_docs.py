@@ -15,6 +15,8 @@ def python_blocks(page):
     return [(text[: m.start()].count("\n") + 2, m.group(1)) for m in BLOCK.finditer(text)]
 
 
+# The pages show the TensorFlow workflow (tf.function, SavedModel, TFLite): default backend.
+@pytest.mark.tensorflow
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_snippets_run(page, tmp_path, monkeypatch):
     blocks = python_blocks(page)

@@ -122,6 +122,7 @@ def test_stop_token_pads_the_rest():
     assert (got[0, first + 1:] == 23).all()
 
 
+@pytest.mark.tensorflow
 def test_decoding_traces_under_tf_function():
     lm = tiny_lm(seed=5, num_layers=1)
     prompt = np.array([[3, 1, 4], [1, 5, 9]], "int32")
