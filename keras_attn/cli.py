@@ -49,6 +49,41 @@ def _ascii_heatmap(matrix, example):
     return "\n".join(lines)
 
 
+def _train(args):
+    from keras_attn.text.errors import DataError
+    from keras_attn.training.config import ConfigError
+    from keras_attn.training.config import TrainingConfig
+    from keras_attn.training.step_checkpoints import CheckpointError
+    from keras_attn.training.strategy import StrategyError
+    from keras_attn.training.trainer import train
+
+    overrides = list(args.set)
+    for flag, key in (("output_dir", "output_dir"), ("strategy", "distribute.strategy"),
+                      ("epochs", "train.epochs"), ("max_steps", "train.max_steps"),
+                      ("seed", "train.seed")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides.append((key, value))
+    try:
+        config = TrainingConfig.from_file(args.config, overrides)
+        _say(f"keras-attn train {args.config}: task {config.task}, output {config.output_dir}")
+        results = train(config, log=_say)
+    except (ConfigError, DataError, StrategyError, CheckpointError, FileNotFoundError) as error:
+        sys.stderr.write(f"keras-attn train: error: {error}\n")
+        return 2
+    metric = results["metric"]
+    best = results["best_dev"] or {}
+    test = results["test"] or {}
+    _say()
+    _say("== results")
+    if metric in best:
+        _say(f"  dev {metric} (best, epoch {results['best_epoch']}): {best[metric]:.4f}")
+    if metric in test:
+        _say(f"  test {metric}: {test[metric]:.4f}")
+    _say(f"  files in {config.output_dir}: model.keras, metrics.json, checkpoints/, tensorboard/")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="keras-attn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +97,24 @@ def build_parser():
     demo.add_argument("--epochs", type=_positive_int, default=3, help="training epochs")
     demo.add_argument("--seed", type=int, default=0, help="random seed")
     demo.set_defaults(handler=_demo)
+
+    train = commands.add_parser(
+        "train",
+        help="train a task model from a YAML config (classification, ner, mlm, causal_lm, "
+             "seq2seq) on one device, all local GPUs, several workers or a TPU",
+        description="Train from CONFIG.yaml. Any config key can be overridden with "
+                    "--set section.key=value (value read as YAML). Re-running with the same "
+                    "output directory resumes from its last checkpoint.",
+    )
+    train.add_argument("config", help="the YAML config (examples in training/)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set train.learning_rate=3e-5")
+    train.add_argument("--output-dir", help="overrides output_dir")
+    train.add_argument("--strategy", help="overrides distribute.strategy")
+    train.add_argument("--epochs", type=_positive_int, help="overrides train.epochs")
+    train.add_argument("--max-steps", type=_positive_int, help="overrides train.max_steps")
+    train.add_argument("--seed", type=int, help="overrides train.seed")
+    train.set_defaults(handler=_train)
     return parser
 
 

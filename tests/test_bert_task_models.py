@@ -249,6 +249,11 @@ def test_pretrainer_loss_is_weighted_mlm_plus_nsp():
     np.testing.assert_allclose(nsp, pooled @ kernel + bias, atol=1e-5)
     with pytest.raises(ValueError, match="mask_weights.*Received: y=\\['mask_ids'"):
         model.compute_loss(x, {"mask_ids": y["mask_ids"]}, y_pred)
+    # The training pipeline's per-term weights (normalized over a global batch that this
+    # batch is half of) give the weighted sums: two halves add up to the global loss.
+    half = {"mlm": w / (2 * w.sum()), "nsp": np.full(B, 1 / (2 * B), "float32")}
+    weighted = float(model.compute_loss(x, y, y_pred, sample_weight=half))
+    assert 2 * weighted == pytest.approx(expected, rel=1e-5)
 
 
 def test_pretrainer_overfits_and_serializes(tmp_path):

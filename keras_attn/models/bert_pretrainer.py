@@ -91,7 +91,12 @@ class BertPretrainer(keras.Model):
         self.next_sentence_head = next_sentence_head
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        """`L_MLM + L_NSP` (see the class docstring), plus any layer losses."""
+        """`L_MLM + L_NSP` (see the class docstring), plus any layer losses.
+
+        With `sample_weight={"mlm": (B, P), "nsp": (B,)}` (the training pipeline's weights,
+        each already divided by its total over the global batch) the terms are the
+        weighted sums instead of the per-batch means, so replica losses add up to the
+        global-batch loss under `tf.distribute` and gradient accumulation."""
         if not isinstance(y, dict) or any(key not in y for key in TARGET_KEYS):
             received = sorted(y) if isinstance(y, dict) else type(y).__name__
             raise ValueError(
@@ -104,11 +109,16 @@ class BertPretrainer(keras.Model):
             y["mask_ids"], ops.cast(y_pred["mlm_logits"], "float32"), from_logits=True
         )  # (B, P)
         weights = ops.cast(y["mask_weights"], "float32")  # (B, P)
-        mlm_loss = ops.divide_no_nan(ops.sum(mlm_losses * weights), ops.sum(weights))
-        nsp_loss = ops.mean(keras.losses.sparse_categorical_crossentropy(
+        nsp_losses = keras.losses.sparse_categorical_crossentropy(
             y["next_sentence_labels"], ops.cast(y_pred["nsp_logits"], "float32"),
             from_logits=True,
-        ))
+        )  # (B,)
+        if isinstance(sample_weight, dict) and set(sample_weight) == {"mlm", "nsp"}:
+            mlm_loss = ops.sum(mlm_losses * ops.cast(sample_weight["mlm"], "float32"))
+            nsp_loss = ops.sum(nsp_losses * ops.cast(sample_weight["nsp"], "float32"))
+        else:
+            mlm_loss = ops.divide_no_nan(ops.sum(mlm_losses * weights), ops.sum(weights))
+            nsp_loss = ops.mean(nsp_losses)
         total = mlm_loss + nsp_loss
         for loss in self.losses:
             total = total + ops.cast(loss, "float32")

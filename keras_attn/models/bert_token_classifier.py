@@ -99,7 +99,10 @@ class BertTokenClassifier(keras.Model):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """With `use_crf`: `-mean_b log p(y_b | logits_b)` over the positions labelled
-        other than `-100`. Without: the compiled loss (Keras' default)."""
+        other than `-100`, or `-sum_b w_b log p(y_b | logits_b)` with a `(B,)`
+        `sample_weight` (the training pipeline's weights, already divided by the size of the
+        global batch, so that replica losses add up to the global mean). Without: the
+        compiled loss (Keras' default)."""
         if not self.use_crf:
             return super().compute_loss(x, y, y_pred, sample_weight, training)
         if isinstance(y, dict) or y is None:
@@ -112,7 +115,11 @@ class BertTokenClassifier(keras.Model):
         labelled = ops.not_equal(labels, IGNORE_INDEX)  # (B, T)
         gold = ops.where(labelled, labels, 0)  # (B, T)
         log_likelihood = self.crf.log_likelihood(y_pred["logits"], gold, mask=labelled)
-        total = -ops.mean(log_likelihood)
+        if sample_weight is None:
+            total = -ops.mean(log_likelihood)
+        else:
+            weights = ops.reshape(ops.cast(sample_weight, "float32"), (-1,))  # (B,)
+            total = -ops.sum(log_likelihood * weights)
         for loss in self.losses:
             total = total + ops.cast(loss, "float32")
         return total

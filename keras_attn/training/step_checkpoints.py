@@ -1,0 +1,180 @@
+"""Checkpoints of a whole training state, written atomically and verified when read.
+
+A checkpoint is a directory `step-00001200/` with
+- `state.npz`: every model variable (weights, and the dropout seed-generator states) and
+  every optimizer variable (iteration count, moments, accumulators, loss scale), in order;
+- `meta.json`, written last: the step, the data position, the variable paths and shapes,
+  and the SHA-256 of `state.npz`.
+
+It is first written under a temporary name and renamed when complete, so a process killed
+mid-write leaves no directory that looks finished. Reading checks the checksum and that
+every variable matches the model's by path and shape; a checkpoint that fails is reported
+and the previous one is tried, so a corrupt latest checkpoint costs only the steps since
+the one before.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import time
+
+import numpy as np
+
+PREFIX = "step-"
+# Keras makes top-level names unique per process (`adam_w_1/...`, `seed_generator_3/...`):
+# the suffix depends on what the process built before, so it is not compared.
+_PROCESS_SUFFIX = re.compile(r"^([^/]+?)_\d+/")
+
+
+def _comparable(path):
+    return _PROCESS_SUFFIX.sub(r"\1/", path)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used, with the reason."""
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _variables(model, optimizer):
+    variables = [("model", v) for v in model.variables]
+    if optimizer is not None:
+        variables += [("optimizer", v) for v in optimizer.variables]
+    return variables
+
+
+class StepCheckpoints:
+    """Saves and restores the training state of a model and its optimizer every N steps.
+
+    Args:
+        directory: where the `step-*` directories go.
+        keep: how many of the newest checkpoints to keep. Defaults to `3`.
+        log: callable receiving one-line messages (skipped corrupt checkpoints).
+
+    Example:
+    >>> import tempfile
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> checkpoints = StepCheckpoints(tempfile.mkdtemp())
+    >>> path = checkpoints.save(model, None, step=10, extra={"epoch": 0})
+    >>> _ = model.layers[0].kernel.assign(np.zeros((2, 1)))
+    >>> checkpoints.restore_latest(model, None)["step"]
+    10
+    """
+
+    def __init__(self, directory, keep=3, log=None):
+        self.directory = pathlib.Path(directory)
+        self.keep = keep
+        self.log = log or (lambda message: None)
+
+    def paths(self):
+        """Finished checkpoint directories, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for path in self.directory.iterdir():
+            if path.is_dir() and path.name.startswith(PREFIX) and path.name[len(PREFIX):].isdigit():
+                found.append((int(path.name[len(PREFIX):]), path))
+        return [path for _, path in sorted(found)]
+
+    def save(self, model, optimizer, step, extra=None):
+        """Writes the state at `step` (plus the JSON-able `extra`) and prunes old ones."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / f"{PREFIX}{step:08d}"
+        temporary = self.directory / f".{final.name}.tmp-{os.getpid()}"
+        if temporary.exists():
+            shutil.rmtree(temporary)
+        temporary.mkdir()
+        variables = _variables(model, optimizer)
+        arrays = {f"{i:05d}": np.asarray(v.numpy()) for i, (_, v) in enumerate(variables)}
+        with open(temporary / "state.npz", "wb") as file:
+            np.savez(file, **arrays)
+            file.flush()
+            os.fsync(file.fileno())
+        meta = {
+            "step": int(step),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "state_sha256": _sha256(temporary / "state.npz"),
+            "variables": [
+                {"owner": owner, "path": v.path, "shape": list(arrays[f"{i:05d}"].shape),
+                 "dtype": str(arrays[f"{i:05d}"].dtype)}
+                for i, (owner, v) in enumerate(variables)
+            ],
+            **(extra or {}),
+        }
+        with open(temporary / "meta.json", "w", encoding="utf-8") as file:
+            json.dump(meta, file, indent=1)
+            file.flush()
+            os.fsync(file.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(temporary, final)
+        for old in self.paths()[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def read(self, path, model, optimizer):
+        """`(meta, arrays)` of the checkpoint at `path`, verified against the model.
+
+        Raises `CheckpointError` saying what is wrong (missing file, checksum mismatch,
+        unreadable arrays, variables that do not match the model).
+        """
+        path = pathlib.Path(path)
+        meta_path, state_path = path / "meta.json", path / "state.npz"
+        if not meta_path.is_file() or not state_path.is_file():
+            raise CheckpointError(f"{path}: incomplete (meta.json or state.npz missing)")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise CheckpointError(f"{meta_path}: unreadable ({error})") from None
+        if not isinstance(meta, dict):
+            raise CheckpointError(f"{meta_path}: not a checkpoint description (a JSON object)")
+        if _sha256(state_path) != meta.get("state_sha256"):
+            raise CheckpointError(f"{state_path}: checksum mismatch (file damaged or partial)")
+        variables = _variables(model, optimizer)
+        expected = meta.get("variables", [])
+        if len(expected) != len(variables):
+            raise CheckpointError(
+                f"{path}: holds {len(expected)} variables, the model and optimizer have "
+                f"{len(variables)} (a different model or optimizer configuration)"
+            )
+        try:
+            with np.load(state_path) as state:
+                arrays = [state[f"{i:05d}"] for i in range(len(variables))]
+        except Exception as error:  # zipfile/pickle errors have no common base class
+            raise CheckpointError(f"{state_path}: unreadable ({error})") from None
+        for (owner, variable), saved, array in zip(variables, expected, arrays):
+            if (tuple(array.shape) != tuple(variable.shape)
+                    or _comparable(saved["path"]) != _comparable(variable.path)):
+                raise CheckpointError(
+                    f"{path}: variable {saved['path']} {tuple(array.shape)} does not match "
+                    f"{owner} variable {variable.path} {tuple(variable.shape)}"
+                )
+        return meta, arrays
+
+    def restore(self, path, model, optimizer):
+        """Assigns the state at `path` to the model and optimizer; returns its meta."""
+        meta, arrays = self.read(path, model, optimizer)
+        for (_, variable), array in zip(_variables(model, optimizer), arrays):
+            variable.assign(array)
+        return meta
+
+    def restore_latest(self, model, optimizer):
+        """Restores the newest usable checkpoint; returns its meta, or `None` if none.
+
+        Checkpoints that fail verification are reported through `log` and skipped.
+        """
+        for path in reversed(self.paths()):
+            try:
+                return self.restore(path, model, optimizer)
+            except CheckpointError as error:
+                self.log(f"skipping unusable checkpoint: {error}")
+        return None

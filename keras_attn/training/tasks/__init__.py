@@ -1,0 +1,33 @@
+"""Training tasks: what each `task:` of a config reads, builds, batches and scores."""
+
+from keras_attn.training.tasks.causal_lm_task import CausalLMTask
+from keras_attn.training.tasks.classification_task import ClassificationTask
+from keras_attn.training.tasks.masked_lm_task import MaskedLMTask
+from keras_attn.training.tasks.ner_task import NerTask
+from keras_attn.training.tasks.seq2seq_task import Seq2SeqTask
+from keras_attn.training.tasks.task import Task
+
+TASKS = {
+    "classification": ClassificationTask,
+    "ner": NerTask,
+    "mlm": MaskedLMTask,
+    "causal_lm": CausalLMTask,
+    "seq2seq": Seq2SeqTask,
+}
+
+
+def make_task(config, output_dir, log=None, write_files=True):
+    """The `Task` for `config.task`."""
+    return TASKS[config.task](config, output_dir, log=log, write_files=write_files)
+
+
+__all__ = [
+    "CausalLMTask",
+    "ClassificationTask",
+    "MaskedLMTask",
+    "NerTask",
+    "Seq2SeqTask",
+    "TASKS",
+    "Task",
+    "make_task",
+]

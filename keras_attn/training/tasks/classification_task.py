@@ -1,0 +1,108 @@
+"""Text classification (single texts or pairs) with `BertClassifier`: accuracy."""
+
+import keras
+import numpy as np
+
+from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.tasks.task import BertTask
+from keras_attn.training.tasks.task import pad_stack
+from keras_attn.training.tasks.task import padded_length
+
+ENCODE_CHUNK = 2048
+
+
+class ClassificationTask(BertTask):
+    """`[CLS] text [SEP] (pair [SEP])` -> label; metric: accuracy."""
+
+    name = "classification"
+    metric = "accuracy"
+
+    def _reader(self, path):
+        data = self.config.data
+        return ClassificationReader(path, text_column=data.text_column,
+                                    label_column=data.label_column,
+                                    text_pair_column=data.text_pair_column, header=data.header)
+
+    def prepare(self):
+        data = self.config.data
+        train = list(self._reader(data.train))
+        if data.max_train_examples:
+            train = train[: data.max_train_examples]
+        if not train:
+            raise ValueError(f"{data.train}: no examples")
+        labels_file = self.output_dir / "labels.txt"
+        from keras_attn.text.label_vocabulary import LabelVocabulary
+
+        if labels_file.is_file():
+            self.labels = LabelVocabulary.load(labels_file)
+        else:
+            self.labels = LabelVocabulary.build(example.label for example in train)
+        self.tokenizer = WordPieceTokenizer(
+            self.vocabulary(lambda: [e.text for e in train] + [e.text_pair for e in train
+                                                               if e.text_pair]),
+            lowercase=self.config.model.lowercase, sequence_length=data.max_length,
+        )
+        self.train_examples = self.encode(train, data.train)
+        self.dev_examples = self.encode(list(self._reader(data.dev)), data.dev) if data.dev \
+            else None
+        self.test_examples = self.encode(list(self._reader(data.test)), data.test) \
+            if data.test else None
+        self.num_truncated = self._truncated
+        self.log(f"{len(self.train_examples):,} training examples, {len(self.labels)} labels "
+                 f"{list(self.labels.labels)}, vocabulary {self.tokenizer.vocabulary_size():,}")
+
+    def encode(self, examples, path):
+        """Examples as dicts of `token_ids`, `segment_ids` (unpadded) and `label`."""
+        encoded = []
+        self._truncated = 0
+        pairs = examples and examples[0].text_pair is not None
+        for start in range(0, len(examples), ENCODE_CHUNK):
+            chunk = examples[start: start + ENCODE_CHUNK]
+            texts = [e.text for e in chunk]
+            out = self.tokenizer(texts, [e.text_pair for e in chunk] if pairs else None,
+                                 return_num_truncated=True)
+            lengths = out["padding_mask"].numpy().sum(axis=1)
+            token_ids, segment_ids = out["token_ids"].numpy(), out["segment_ids"].numpy()
+            self._truncated += int((out["num_truncated"].numpy() > 0).sum())
+            for row, example in enumerate(chunk):
+                n = lengths[row]
+                label = self.labels.id(example.label, path, example.line) \
+                    if example.label is not None else -1
+                encoded.append({"token_ids": token_ids[row, :n],
+                                "segment_ids": segment_ids[row, :n], "label": label})
+        return encoded
+
+    def build_model(self):
+        backbone = self.backbone(self.tokenizer.vocabulary_size())
+        return BertClassifier(backbone, num_classes=len(self.labels),
+                              dropout=self.config.model.dropout)
+
+    def loss(self):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+
+    def collate(self, examples):
+        length = padded_length([len(e["token_ids"]) for e in examples],
+                               self.config.data.max_length)
+        x = self.bert_inputs([e["token_ids"] for e in examples], length)
+        x["segment_ids"] = pad_stack([e["segment_ids"] for e in examples], length, 0)
+        y = np.array([e["label"] for e in examples], dtype="int32")
+        return x, y, np.ones(len(examples), dtype="float32")
+
+    def evaluate(self, predict, examples, batch_size):
+        logits = np.stack(self.predict_outputs(predict, examples, batch_size))
+        labels = np.array([e["label"] for e in examples])
+        predicted = logits.argmax(axis=-1)
+        log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+        return {
+            "accuracy": float((predicted == labels).mean()),
+            "loss": float(-log_probs[np.arange(len(labels)), labels].mean()),
+            "examples": len(labels),
+        }
+
+    def save_assets(self, directory):
+        from keras_attn.text.vocabulary import save_vocabulary
+
+        save_vocabulary(self.tokenizer.get_vocabulary(), directory / "vocab.txt")
+        self.labels.save(directory)

@@ -1,0 +1,138 @@
+"""Named-entity recognition with `BertTokenClassifier` (softmax or CRF): strict entity F1."""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.models.masked_sparse_categorical_crossentropy import (
+    MaskedSparseCategoricalCrossentropy,
+)
+from keras_attn.text.conll_reader import ConllReader
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.ner import IGNORE_LABEL
+from keras_attn.text.ner import align_word_labels
+from keras_attn.text.ner import decode_word_labels
+from keras_attn.text.ner import entity_scores
+from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.tasks.task import BertTask
+from keras_attn.training.tasks.task import pad_stack
+from keras_attn.training.tasks.task import padded_length
+
+ENCODE_CHUNK = 1024
+
+
+class NerTask(BertTask):
+    """CoNLL-format sentences -> one IOB2 tag per word (first-subword labels); metric: strict
+    entity F1 (CoNLL-2003 evaluation, equal to seqeval's strict mode)."""
+
+    name = "ner"
+    metric = "f1"
+
+    def prepare(self):
+        data = self.config.data
+        train = list(ConllReader(data.train))
+        if data.max_train_examples:
+            train = train[: data.max_train_examples]
+        if not train:
+            raise ValueError(f"{data.train}: no sentences")
+        labels_file = self.output_dir / "labels.txt"
+        self.labels = LabelVocabulary.load(labels_file) if labels_file.is_file() else \
+            LabelVocabulary.build(tag for sentence in train for tag in sentence.tags)
+        self.tokenizer = WordPieceTokenizer(
+            self.vocabulary(lambda: [" ".join(s.tokens) for s in train]),
+            lowercase=self.config.model.lowercase, sequence_length=data.max_length,
+        )
+        self.train_examples = self.encode(train, data.train)
+        self.dev_examples = self.encode(list(ConllReader(data.dev)), data.dev) if data.dev \
+            else None
+        self.test_examples = self.encode(list(ConllReader(data.test)), data.test) \
+            if data.test else None
+        self.log(f"{len(self.train_examples):,} training sentences, {len(self.labels)} tags, "
+                 f"vocabulary {self.tokenizer.vocabulary_size():,}"
+                 + (f"; {self._truncated_words} words cut by max_length="
+                    f"{data.max_length} (they count as 'O' predictions)"
+                    if self._truncated_words else ""))
+
+    def encode(self, sentences, path):
+        """Sentences as dicts of `token_ids`, `labels`, `word_ids` and the gold `tags`."""
+        encoded = []
+        self._truncated_words = 0
+        tokenizer = self.tokenizer
+        for start in range(0, len(sentences), ENCODE_CHUNK):
+            chunk = sentences[start: start + ENCODE_CHUNK]
+            label_ids = [[self.labels.id(tag, path, s.line) for tag in s.tags] for s in chunk]
+            pieces = tokenizer.tokenize_words([list(s.tokens) for s in chunk])
+            out = align_word_labels(
+                pieces, tf.ragged.constant(label_ids, dtype=tf.int32),
+                cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+                sequence_length=self.config.data.max_length,
+            )
+            self._truncated_words += int(out["num_truncated_words"].numpy().sum())
+            token_ids = out["token_ids"].to_list()
+            labels = out["labels"].to_list()
+            word_ids = out["word_ids"].to_list()
+            for row, sentence in enumerate(chunk):
+                encoded.append({
+                    "token_ids": np.asarray(token_ids[row], "int32"),
+                    "labels": np.asarray(labels[row], "int32"),
+                    "word_ids": np.asarray(word_ids[row], "int32"),
+                    "tags": list(sentence.tags),
+                })
+        return encoded
+
+    def build_model(self):
+        backbone = self.backbone(self.tokenizer.vocabulary_size())
+        return BertTokenClassifier(backbone, num_labels=len(self.labels),
+                                   dropout=self.config.model.dropout,
+                                   use_crf=self.config.model.use_crf)
+
+    def loss(self):
+        if self.config.model.use_crf:
+            return None  # the CRF model's own compute_loss (sequence NLL)
+        return MaskedSparseCategoricalCrossentropy(reduction="sum")
+
+    def collate(self, examples):
+        length = padded_length([len(e["token_ids"]) for e in examples],
+                               self.config.data.max_length)
+        x = self.bert_inputs([e["token_ids"] for e in examples], length)
+        labels = pad_stack([e["labels"] for e in examples], length, IGNORE_LABEL)
+        # The first piece of each word is where its tag is predicted (labels are not known
+        # at inference, so this comes from the word ids).
+        first_piece = np.zeros_like(labels)
+        for row, example in enumerate(examples):
+            word_ids = example["word_ids"][:length]
+            starts = np.flatnonzero((word_ids >= 0) & np.r_[True, word_ids[1:] != word_ids[:-1]])
+            first_piece[row, starts] = 1
+        if self.config.model.use_crf:
+            x["label_mask"] = first_piece
+            weights = np.ones(len(examples), "float32")  # per sentence: the CRF NLL
+        else:
+            weights = (labels != IGNORE_LABEL).astype("float32")
+        return x, labels, weights
+
+    def evaluate(self, predict, examples, batch_size):
+        outputs = self.predict_outputs(predict, examples, batch_size)
+        gold, predicted = [], []
+        filled = 0
+        for example, output in zip(examples, outputs):
+            scores = output["tags"] if isinstance(output, dict) else output
+            n = len(example["token_ids"])
+            tags, num_filled = decode_word_labels(
+                np.asarray(scores)[None, :n], example["word_ids"][None], [len(example["tags"])],
+                self.labels,
+            )
+            filled += num_filled
+            gold.append(example["tags"])
+            predicted.append(tags[0])
+        scores = entity_scores(gold, predicted)
+        return {
+            "f1": scores["f1"], "precision": scores["precision"], "recall": scores["recall"],
+            "sentences": len(examples), "words_without_prediction": filled,
+            "per_type_f1": {k: v["f1"] for k, v in scores["per_type"].items()},
+        }
+
+    def save_assets(self, directory):
+        from keras_attn.text.vocabulary import save_vocabulary
+
+        save_vocabulary(self.tokenizer.get_vocabulary(), directory / "vocab.txt")
+        self.labels.save(directory)

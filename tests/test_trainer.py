@@ -1,0 +1,229 @@
+"""End-to-end training runs: runners, strategies, accumulation, kill/resume, multi-worker.
+
+Distributed runs need a fresh TensorFlow (logical CPU devices, TF_CONFIG), so they run in
+subprocesses (`tests/training_run.py`). Weights are compared variable by variable:
+- the same computation in another order (fit vs loop, 2 replicas vs 1, accumulation) may
+  differ by float32 rounding, which compounds through Adam over the steps: the stated
+  tolerance is 2e-5 absolute on weights of order 0.02-1;
+- kill/resume and the two workers of one run are compared exactly.
+"""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from keras_attn.training.config import TrainingConfig
+from keras_attn.training.trainer import Trainer
+
+pytestmark = pytest.mark.tensorflow
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "plot", "the",
+         "was", "very", "not", "a", "story", "acting", "great", "awful", "fine", "dull"]
+WEIGHT_TOLERANCE = 2e-5
+
+
+def write_data(directory, n=96, seed=0):
+    """A learnable toy sentiment set: the label is whether a positive word occurs."""
+    rng = np.random.default_rng(seed)
+    positive, negative = ["good", "great", "fine"], ["bad", "awful", "dull"]
+    filler = ["the", "film", "plot", "was", "very", "a", "story", "acting"]
+    rows = ["sentence\tlabel"]
+    for i in range(n):
+        label = i % 2
+        words = list(rng.choice(filler, size=rng.integers(2, 9)))
+        words.insert(int(rng.integers(0, len(words) + 1)),
+                     str(rng.choice(positive if label else negative)))
+        rows.append(" ".join(words) + f"\t{label}")
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "train.tsv").write_text("\n".join(rows) + "\n")
+    (directory / "dev.tsv").write_text("\n".join(rows[:33]) + "\n")
+    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return directory
+
+
+def config_dict(directory, output_dir, dropout=0.1, **train):
+    directory = pathlib.Path(directory)
+    train_section = {"epochs": 2, "global_batch_size": 8, "learning_rate": 3e-3,
+                     "warmup_ratio": 0.1, "log_every_steps": 1, "checkpoint_every_steps": 4,
+                     "seed": 3, "deterministic": True}
+    train_section.update(train)
+    return {
+        "task": "classification",
+        "output_dir": str(output_dir),
+        "data": {"train": str(directory / "train.tsv"), "dev": str(directory / "dev.tsv"),
+                 "text_column": "sentence", "label_column": "label", "max_length": 16},
+        "model": {"preset": "bert_tiny", "vocabulary": str(directory / "vocab.txt"),
+                  "dropout": dropout,
+                  "overrides": {"num_layers": 1, "hidden_dim": 16, "num_heads": 2,
+                                "intermediate_dim": 32, "max_sequence_length": 16}},
+        "train": train_section,
+    }
+
+
+def run_subprocess(tmp_path, name, config, env=None, kill_at_step=None, weights=True):
+    spec = {"config": config, "kill_at_step": kill_at_step,
+            "weights_out": str(tmp_path / f"{name}.npz") if weights else None}
+    spec_path = tmp_path / f"{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    environment.pop("TF_CONFIG", None) if not (env and "TF_CONFIG" in env) else None
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.training_run", str(spec_path)], cwd=REPO,
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def finish(process, timeout=240):
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def load_weights(path):
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def max_difference(a, b):
+    assert len(a) == len(b)
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+
+
+def in_process(tmp_path, name, dropout=0.1, **train):
+    data = write_data(tmp_path / "data")
+    values = config_dict(data, tmp_path / name, dropout=dropout, **train)
+    config = TrainingConfig.from_dict(values)
+    trainer = Trainer(config)
+    results = trainer.run()
+    return [np.asarray(v.numpy()) for v in trainer.model.weights], results
+
+
+def test_training_learns_and_writes_its_results(tmp_path):
+    weights, results = in_process(tmp_path, "run", epochs=10, learning_rate=1e-2)
+    assert results["best_dev"]["accuracy"] >= 0.9  # the toy task is learnable
+    output = tmp_path / "run"
+    for name in ("model.keras", "metrics.json", "vocab.txt", "labels.txt", "config.json",
+                 "best.weights.h5"):
+        assert (output / name).is_file(), name
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert [r["epoch"] for r in metrics["history"]] == list(range(1, 11))
+    assert metrics["updates"] == 10 * 12  # 96 examples / 8 per update, 10 epochs
+    assert list((output / "tensorboard").iterdir())
+    # The saved model is the best epoch's and scores what metrics.json says.
+    import keras
+
+    from keras_attn.text.classification_reader import ClassificationReader
+
+    model = keras.models.load_model(output / "model.keras")
+    assert max_difference([np.asarray(v) for v in model.get_weights()], weights) == 0.0
+    reader = ClassificationReader(tmp_path / "data" / "dev.tsv", text_column="sentence",
+                                  label_column="label")
+    from keras_attn.text.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(str(output / "vocab.txt"), sequence_length=16)
+    examples = list(reader)
+    x = tokenizer([e.text for e in examples])
+    logits = model.predict({k: np.asarray(v) for k, v in x.items()}, verbose=0)
+    accuracy = np.mean(logits.argmax(-1) == np.array([int(e.label) for e in examples]))
+    assert accuracy == pytest.approx(results["best_dev"]["accuracy"])
+
+
+def test_fit_and_loop_runners_train_the_same_weights(tmp_path):
+    fit, _ = in_process(tmp_path, "fit", runner="fit")
+    loop, _ = in_process(tmp_path, "loop", runner="loop")
+    assert max_difference(fit, loop) < WEIGHT_TOLERANCE
+
+
+def test_gradient_accumulation_equals_one_large_batch(tmp_path):
+    # k micro-batches of b == one batch of k*b: same examples per update (no bucketing, so
+    # update u holds positions [8u, 8u + 8) in both), no dropout (it would draw different
+    # masks for different batch shapes).
+    common = dict(bucket_by_length=False, epochs=2, dropout=0.0)
+    large, _ = in_process(tmp_path, "large", global_batch_size=8, **common)
+    for runner in ("fit", "loop"):
+        accumulated, results = in_process(tmp_path, f"acc_{runner}", global_batch_size=4,
+                                          gradient_accumulation_steps=2, runner=runner,
+                                          **common)
+        assert results["updates"] == 24
+        assert max_difference(large, accumulated) < WEIGHT_TOLERANCE, runner
+
+
+def test_mirrored_two_replicas_equal_one_device(tmp_path):
+    # Without dropout: each replica draws its own masks for its half of the batch, so with
+    # dropout the two runs are different (equally valid) random draws.
+    data = write_data(tmp_path / "data")
+    one = run_subprocess(tmp_path, "one", config_dict(data, tmp_path / "one", dropout=0.0))
+    config = config_dict(data, tmp_path / "two", dropout=0.0)
+    config["distribute"] = {"strategy": "mirrored", "logical_cpu_devices": 2}
+    two = run_subprocess(tmp_path, "two", config)
+    for process in (one, two):
+        code, output = finish(process)
+        assert code == 0, output
+    assert "MirroredStrategy over 2 local devices" in output
+    assert max_difference(load_weights(tmp_path / "one.npz"),
+                          load_weights(tmp_path / "two.npz")) < WEIGHT_TOLERANCE
+
+
+def test_kill_and_resume_ends_with_the_same_weights(tmp_path):
+    data = write_data(tmp_path / "data")
+    finish_code, output = finish(run_subprocess(tmp_path, "straight",
+                                                config_dict(data, tmp_path / "straight")))
+    assert finish_code == 0, output
+    config = config_dict(data, tmp_path / "killed", keep_checkpoints=3)
+    code, output = finish(run_subprocess(tmp_path, "killed", config, kill_at_step=15))
+    assert code == -9, output  # SIGKILL, mid-run
+    checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
+    assert checkpoints == ["step-00000004", "step-00000008", "step-00000012"], checkpoints
+    # Damage the newest checkpoint: resuming must detect it and use the one before.
+    state = tmp_path / "killed" / "checkpoints" / "step-00000012" / "state.npz"
+    state.write_bytes(state.read_bytes()[:-100])
+    code, output = finish(run_subprocess(tmp_path, "killed", config))
+    assert code == 0, output
+    assert "skipping unusable checkpoint" in output and "checksum mismatch" in output
+    assert "resumed from checkpoint at step 8" in output
+    assert max_difference(load_weights(tmp_path / "straight.npz"),
+                          load_weights(tmp_path / "killed.npz")) == 0.0
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_on_localhost_train_one_model(tmp_path):
+    data = write_data(tmp_path / "data")
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    config = config_dict(data, tmp_path / "multi", dropout=0.0)
+    config["distribute"] = {"strategy": "multi_worker"}
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(run_subprocess(tmp_path, f"worker{index}", config,
+                                        env={"TF_CONFIG": json.dumps(tf_config)}))
+    single = run_subprocess(tmp_path, "single", config_dict(data, tmp_path / "single",
+                                                            dropout=0.0, runner="loop"))
+    outputs = []
+    for process in processes + [single]:
+        code, output = finish(process, timeout=300)
+        assert code == 0, output
+        outputs.append(output)
+    assert "MultiWorkerMirroredStrategy: 2 workers" in outputs[0]
+    assert "2 replicas x 4" in outputs[0]
+    worker0 = load_weights(tmp_path / "worker0.npz")
+    worker1 = load_weights(tmp_path / "worker1.npz")
+    assert max_difference(worker0, worker1) == 0.0
+    assert max_difference(worker0, load_weights(tmp_path / "single.npz")) < WEIGHT_TOLERANCE
+    # Only the chief writes the run's files.
+    assert (tmp_path / "multi" / "metrics.json").is_file()
