@@ -124,8 +124,3 @@ class CausalLMTask(BertTask):
         mean_nll = total_nll / count
         return {"perplexity": float(np.exp(mean_nll)), "loss": mean_nll,
                 "token_accuracy": correct / count, "tokens": count, "blocks": len(examples)}
-
-    def save_assets(self, directory):
-        from keras_attn.text.vocabulary import save_vocabulary
-
-        save_vocabulary(self.tokenizer.get_vocabulary(), directory / "vocab.txt")

@@ -100,9 +100,3 @@ class ClassificationTask(BertTask):
             "loss": float(-log_probs[np.arange(len(labels)), labels].mean()),
             "examples": len(labels),
         }
-
-    def save_assets(self, directory):
-        from keras_attn.text.vocabulary import save_vocabulary
-
-        save_vocabulary(self.tokenizer.get_vocabulary(), directory / "vocab.txt")
-        self.labels.save(directory)

@@ -241,8 +241,3 @@ class MaskedLMTask(BertTask):
         if self.nsp:
             scores["next_sentence_accuracy"] = nsp_correct / len(examples)
         return scores
-
-    def save_assets(self, directory):
-        from keras_attn.text.vocabulary import save_vocabulary
-
-        save_vocabulary(self.tokenizer.get_vocabulary(), directory / "vocab.txt")

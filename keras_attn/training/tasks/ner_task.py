@@ -130,9 +130,3 @@ class NerTask(BertTask):
             "sentences": len(examples), "words_without_prediction": filled,
             "per_type_f1": {k: v["f1"] for k, v in scores["per_type"].items()},
         }
-
-    def save_assets(self, directory):
-        from keras_attn.text.vocabulary import save_vocabulary
-
-        save_vocabulary(self.tokenizer.get_vocabulary(), directory / "vocab.txt")
-        self.labels.save(directory)

