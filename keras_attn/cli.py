@@ -84,6 +84,39 @@ def _train(args):
     return 0
 
 
+def _export(args):
+    from keras_attn.export.run_exporter import ExportError
+    from keras_attn.export.run_exporter import ExportOptions
+    from keras_attn.export.run_exporter import export_run
+    from keras_attn.export.tflite_export import TFLiteExportError
+    from keras_attn.text.errors import DataError
+    from keras_attn.training.config import ConfigError
+
+    output_dir = args.output_dir or os.path.join(args.run_dir, "export")
+    try:
+        options = ExportOptions(
+            sequence_length=args.sequence_length, qat_epochs=args.qat_epochs,
+            qat_learning_rate=args.qat_learning_rate, qat_max_steps=args.qat_max_steps,
+            calibration_examples=args.calibration_examples, eval_split=args.eval_split,
+            max_eval_examples=args.max_eval_examples,
+            latency_threads=tuple(args.latency_threads), latency_runs=args.latency_runs,
+            text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples)
+        _say(f"keras-attn export {args.run_dir} -> {output_dir}")
+        report = export_run(args.run_dir, output_dir, options, log=_say)
+    except (ExportError, ConfigError, DataError, TFLiteExportError, ValueError) as error:
+        sys.stderr.write(f"keras-attn export: error: {error}\n")
+        return 2
+    _say()
+    _say("== artifacts")
+    for row in report["artifacts"]:
+        latency = ", ".join(f"{lat['p50_ms']:.1f} ms ({lat['num_threads']}t)"
+                            for lat in row.get("latency", []))
+        _say(f"  {row['artifact']:<34} {report['metric']} {row['metric']:.4f}  agreement "
+             f"{row['agreement']:.4f}  {row['size_bytes'] / 1e6:6.1f} MB  {latency}")
+    _say(f"  report: {os.path.join(output_dir, 'export_report.md')}")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="keras-attn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +148,40 @@ def build_parser():
     train.add_argument("--max-steps", type=_positive_int, help="overrides train.max_steps")
     train.add_argument("--seed", type=int, help="overrides train.seed")
     train.set_defaults(handler=_train)
+
+    export = commands.add_parser(
+        "export",
+        help="export a trained classification or NER run: QAT, int8/fp16/fp32 TFLite, "
+             "ONNX, SavedModel, model card, golden vectors and a parity/latency report",
+        description="Export RUN_DIR (a keras-attn train output directory). Re-running "
+                    "reuses the artifacts already written.",
+    )
+    export.add_argument("run_dir", help="the training run directory (holds model.keras)")
+    export.add_argument("--output-dir", help="artifact directory (default RUN_DIR/export)")
+    export.add_argument("--sequence-length", type=_positive_int,
+                        help="fixed input length of the mobile artifacts (default: the "
+                             "run's data.max_length)")
+    export.add_argument("--qat-epochs", type=int, default=1,
+                        help="quantization-aware fine-tuning epochs (0: calibrate only)")
+    export.add_argument("--qat-learning-rate", type=float,
+                        help="QAT peak learning rate (default: the run's / 10)")
+    export.add_argument("--qat-max-steps", type=_positive_int, help="cap on QAT updates")
+    export.add_argument("--calibration-examples", type=_positive_int, default=128,
+                        help="training examples calibrating post-training quantization")
+    export.add_argument("--eval-split", choices=("auto", "dev", "test"), default="auto",
+                        help="data the artifacts are scored on (auto: test for NER, dev for "
+                             "classification)")
+    export.add_argument("--max-eval-examples", type=_positive_int,
+                        help="score on the first N examples only")
+    export.add_argument("--latency-threads", type=_positive_int, nargs="+", default=[1, 2],
+                        help="thread counts of the latency measurements")
+    export.add_argument("--latency-runs", type=_positive_int, default=50,
+                        help="timed runs per latency measurement")
+    export.add_argument("--golden-examples", type=int, default=1000,
+                        help="data sentences in golden_vectors.jsonl (plus the hard cases)")
+    export.add_argument("--no-text-tflite", action="store_true",
+                        help="skip model_text.tflite (tokenizer inside, tf-text custom ops)")
+    export.set_defaults(handler=_export)
     return parser
 
 

@@ -166,6 +166,6 @@ def test_mlm_with_next_sentence_prediction(tmp_path):
 
 def test_bad_mask_rate_names_the_key(tmp_path):
     train_file = write(tmp_path / "train.txt", corpus(2))
-    task = MaskedLMTask(make_config(tmp_path, train_file, mask_rate=1.5), tmp_path / "run")
+    # The config's range check catches it before the task reads any data.
     with pytest.raises(ConfigError, match=r"data\.mask_rate.*Received: data\.mask_rate=1\.5"):
-        task.prepare()
+        make_config(tmp_path, train_file, mask_rate=1.5)

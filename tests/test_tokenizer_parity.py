@@ -13,50 +13,12 @@ import pytest
 import tokenizers
 import tokenizers.normalizers
 
+from keras_attn.text.hard_cases import TOKENIZER_HARD_CASES
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.resources import minilm_directory
 from tests.resources import shared_data_file
 
-HARD_CASES = [
-    "",
-    " ",
-    "\t\n\r",
-    "Héllo Wörld, naïve café résumé",  # accents (precomposed)
-    "ÀÉÎÕÜ àéîõü Ççñ Ññ",
-    "e\u0301 a\u0308 n\u0303 o\u0302 combining marks",  # decomposed accents
-    "東京は日本の首都です。 北京 서울 こんにちは",  # CJK, Hangul, kana
-    "I love 🤗 and 😀👍🏽 emoji 🇫🇷 hello😀world",
-    "control\x00chars\x07here\x1b[0m and \x7f del",
-    "a" * 101,  # over the 100-character / 100-byte word limit: [UNK] in both
-    "b" * 100,
-    "supercalifragilistic" * 6,
-    "x" * 1000,
-    "é" * 60,  # 120 bytes, but 60 once accents are stripped: within both limits
-    "a\u0301" * 60,
-    "MiXeD CaSe WoRdS iPhone McDonald's",
-    "Ｆｕｌｌ－ｗｉｄｔｈ ＡＢＣ １２３",  # full-width Latin
-    "Straße groß ß",
-    "مرحبا بالعالم العربية",  # Arabic
-    "zero\u200bwidth\u200c joiner\u200d and\ufeffbom",  # zero-width characters
-    "tabs\tand\nnewlines\r\nmixed",
-    "non\u00a0breaking\u2003spaces\u3000ideographic",
-    "Ελληνικά Σίσυφος ΣΑΣ",  # Greek, word-final sigma
-    "Привет мир",
-    "don't won't U.S.A. e-mail 3.14 $100 50% #hashtag @user",
-    "«quotes» „low“ ‘single’ — dashes … ellipsis",
-    "ﬁ ligature ﬂ",
-    "Ⅻ roman ① circled ㎏ squared",
-    "İstanbul",
-    "Ж" * 60,  # 60 characters, 120 bytes
-    "日本語" * 40,
-    "สวัสดีครับ",  # Thai
-    "नमस्ते दुनिया",  # Devanagari
-    "ｶﾀｶﾅ",  # half-width katakana
-    "\ue000 private use",
-    "Ǆ ǅ ǆ",
-    "ω" * 50,  # 100 bytes: within tf-text's limit
-    "ω" * 51,  # 102 bytes: over tf-text's byte limit, within HF's 100 characters
-]
+HARD_CASES = TOKENIZER_HARD_CASES
 
 # text -> (our tokens, HF tokens). Reasons in docs: "Differences from HF tokenizers".
 KNOWN_DIFFERENCES = {

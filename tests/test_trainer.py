@@ -135,6 +135,29 @@ def test_training_learns_and_writes_its_results(tmp_path):
     assert accuracy == pytest.approx(results["best_dev"]["accuracy"])
 
 
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("runner", ["fit", "loop"])
+def test_mixed_precision_learns_with_both_runners(tmp_path, policy, runner):
+    import keras
+
+    data = write_data(tmp_path / "data")
+    config = TrainingConfig.from_dict(config_dict(
+        data, tmp_path / "run", epochs=10, learning_rate=1e-2, mixed_precision=policy,
+        runner=runner))
+    trainer = Trainer(config)
+    results = trainer.run()
+    assert results["best_dev"]["accuracy"] >= 0.9
+    compute_dtype = policy.split("_")[1]
+    assert trainer.model.backbone.compute_dtype == compute_dtype
+    assert all(v.dtype == "float32" for v in trainer.model.trainable_variables)
+    # float16 needs loss scaling; bfloat16 has float32's exponent range and does not.
+    optimizer = trainer.model.optimizer
+    assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer) == (
+        policy == "mixed_float16")
+    # The process-wide policy is the caller's again.
+    assert keras.config.dtype_policy().name == "float32"
+
+
 def test_fit_and_loop_runners_train_the_same_weights(tmp_path):
     fit, _ = in_process(tmp_path, "fit", runner="fit")
     loop, _ = in_process(tmp_path, "loop", runner="loop")
@@ -227,3 +250,64 @@ def test_two_workers_on_localhost_train_one_model(tmp_path):
     assert max_difference(worker0, load_weights(tmp_path / "single.npz")) < WEIGHT_TOLERANCE
     # Only the chief writes the run's files.
     assert (tmp_path / "multi" / "metrics.json").is_file()
+
+
+def test_a_trained_run_can_be_continued_with_its_vocabulary_and_labels(tmp_path):
+    first, results = in_process(tmp_path, "first", epochs=10, learning_rate=1e-2)
+    data = tmp_path / "data"
+    values = config_dict(data, tmp_path / "second", epochs=1, learning_rate=1e-12,
+                         weight_decay=0.0)
+    values["model"] = {"checkpoint": str(tmp_path / "first")}  # no preset, no vocabulary
+    trainer = Trainer(TrainingConfig.from_dict(values))
+    continued = trainer.run()
+    # A vanishing learning rate: the continued model is the first run's, scored the same.
+    second = [np.asarray(v.numpy()) for v in trainer.model.weights]
+    assert max_difference(first, second) < 1e-9
+    assert continued["best_dev"]["accuracy"] == results["best_dev"]["accuracy"]
+    for name in ("vocab.txt", "labels.txt"):
+        assert (tmp_path / "second" / name).read_text() == (tmp_path / "first" / name).read_text()
+
+
+def test_continuing_a_run_of_another_task_is_a_config_error(tmp_path):
+    from keras_attn.training.config import ConfigError
+
+    in_process(tmp_path, "first", epochs=1)
+    conll = tmp_path / "train.conll"
+    conll.write_text("the O\nfilm O\n\ngood B-X\n")
+    values = config_dict(tmp_path / "data", tmp_path / "ner", epochs=1)
+    values["task"] = "ner"
+    values["data"] = {"train": str(conll), "max_length": 16}
+    values["model"] = {"checkpoint": str(tmp_path / "first")}
+    with pytest.raises(ConfigError, match="is a run of task 'classification'; task 'ner' "
+                                          "cannot continue it"):
+        Trainer(TrainingConfig.from_dict(values)).run()
+
+
+def test_quantization_aware_training_continues_a_float_run(tmp_path):
+    import keras
+
+    from keras_attn.quantization.qat_bert import QatBert
+
+    _, float_results = in_process(tmp_path, "float", epochs=10, learning_rate=1e-2)
+    values = config_dict(tmp_path / "data", tmp_path / "qat", epochs=2, learning_rate=1e-3)
+    values["model"] = {"checkpoint": str(tmp_path / "float"), "quantization_aware": True}
+    lines = []
+    trainer = Trainer(TrainingConfig.from_dict(values), log=lines.append)
+    results = trainer.run()
+    assert any("quantization-aware training" in line for line in lines)
+    assert isinstance(trainer.model, QatBert) and trainer.model.quantize
+    assert trainer.model.uncalibrated_quantizers() == []  # ranges learned in training
+    # The int8 simulation keeps the float run's accuracy on this easy task.
+    assert results["best_dev"]["accuracy"] >= float_results["best_dev"]["accuracy"] - 0.05
+    reloaded = keras.models.load_model(tmp_path / "qat" / "model.keras")
+    assert isinstance(reloaded, QatBert)
+
+
+def test_quantization_aware_training_rejects_a_crf_tagger(tmp_path):
+    from keras_attn.training.config import ConfigError
+
+    values = config_dict(tmp_path / "data", tmp_path / "qat")
+    values["task"] = "ner"
+    values["model"].update(use_crf=True, quantization_aware=True)
+    with pytest.raises(ConfigError, match="QAT through the CRF loss is not implemented"):
+        TrainingConfig.from_dict(values)

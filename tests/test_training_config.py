@@ -221,7 +221,7 @@ def test_bad_choice(section, key, value):
 @pytest.mark.parametrize("section, key, value, minimum", [
     ("train", "epochs", 0, 1),
     ("train", "max_steps", 0, 1),
-    ("train", "learning_rate", -1e-5, 0.0),
+    ("train", "learning_rate", 0.0, 1e-12),
     ("train", "warmup_steps", -1, 0),
     ("train", "gradient_accumulation_steps", 0, 1),
     ("train", "keep_checkpoints", 0, 1),
@@ -236,13 +236,33 @@ def test_minimum(section, key, value, minimum):
         TrainingConfig.from_dict(minimal(**{section: {key: value}}))
 
 
+@pytest.mark.parametrize("section, key, value, maximum", [
+    ("model", "dropout", 0.95, 0.9),
+    ("data", "mask_rate", 1.5, 1.0),
+    ("train", "warmup_ratio", 1.2, 1.0),
+    ("train", "end_learning_rate_ratio", 2.0, 1.0),
+    ("train", "beta_1", 1.0, 0.9999),
+    ("train", "beta_2", 1.0, 0.99999),
+])
+def test_maximum(section, key, value, maximum):
+    with pytest.raises(ConfigError, match=re.escape(f"`{section}.{key}` must be <= {maximum}")
+                       + r".*" + re.escape(f"Received: {section}.{key}={value!r}")):
+        TrainingConfig.from_dict(minimal(**{section: {key: value}}))
+
+
+def test_rates_below_their_range_are_rejected():
+    for section, key, value in [("model", "dropout", -0.1), ("data", "mask_rate", 0.0)]:
+        with pytest.raises(ConfigError, match=re.escape(f"`{section}.{key}` must be >=")):
+            TrainingConfig.from_dict(minimal(**{section: {key: value}}))
+
+
 def test_values_at_the_minimum_and_null_optionals_are_accepted():
     config = TrainingConfig.from_dict(minimal(
-        train={"epochs": 1, "warmup_steps": 0, "learning_rate": 0, "max_steps": None,
+        train={"epochs": 1, "warmup_steps": 0, "learning_rate": 1e-12, "max_steps": None,
                "clipnorm": None},
         data={"max_length": 4}))
     assert (config.train.epochs, config.train.warmup_steps, config.data.max_length) == (1, 0, 4)
-    assert config.train.learning_rate == 0.0 and config.train.clipnorm is None
+    assert config.train.learning_rate == 1e-12 and config.train.clipnorm is None
 
 
 def test_required_keys():

@@ -69,8 +69,10 @@ def main(argv=None):
             "name": name, "dataset": dataset, "model": model, "metric": metric,
             "value": value, "target": target, "dev": best_dev.get(key), "test": test.get(key),
             "best_epoch": results["best_epoch"], "epochs_run": len(results["history"]),
-            "updates": results["updates"], "wall": float(wall.read_text()) if wall.is_file()
-            else None, "tokens_per_second": results["history"][-1]["tokens_per_second"],
+            # Updates actually run (early stopping may end a run before its planned total).
+            "updates": results["history"][-1]["updates"],
+            "wall": float(wall.read_text()) if wall.is_file() else None,
+            "tokens_per_second": results["history"][-1]["tokens_per_second"],
             "config": f"training/{name}.yaml",
         })
     write_results(rows, pathlib.Path(args.results), cpu_model())
@@ -84,7 +86,8 @@ def write_results(rows, path, cpu):
         "`keras-attn train training/<run>.yaml`) on the shared data beside the checkout "
         "(`../shared/data`).",
         f"Machine: {cpu}, 2 cores, no GPU; TensorFlow/Keras versions in each run's "
-        "`metrics.json`.",
+        "`metrics.json`. Wall time covers data preparation, training and evaluation, and "
+        "any other load the machine had at the time (an upper bound).",
         "",
         "| run | data | model | metric | value | target | dev | test | best epoch / run | "
         "updates | wall time | train tokens/s |",

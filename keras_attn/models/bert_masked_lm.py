@@ -44,6 +44,10 @@ class BertMaskedLM(keras.Model):
     def __init__(self, backbone, **kwargs):
         check_bert_backbone(backbone)
 
+        # The masked-LM logits do not read the pooled output: a frozen pooler is neither
+        # tracked by the optimizer nor reported as getting no gradient.
+        backbone.get_layer("pooled_dense").trainable = False
+
         # === Layers ===
         masked_lm_head = MaskedLMHead(
             token_embedding=backbone.token_embedding,

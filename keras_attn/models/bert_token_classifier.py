@@ -68,6 +68,10 @@ class BertTokenClassifier(keras.Model):
         if not isinstance(use_crf, bool):
             raise ValueError(f"`use_crf` must be a bool. Received: use_crf={use_crf!r}")
 
+        # The token logits do not read the pooled output: a frozen pooler is neither tracked
+        # by the optimizer nor reported as getting no gradient, also in a loaded model.
+        backbone.get_layer("pooled_dense").trainable = False
+
         # === Layers ===
         output_dropout = keras.layers.Dropout(
             dropout, dtype=backbone.dtype_policy, name="output_dropout"

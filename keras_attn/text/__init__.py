@@ -11,7 +11,10 @@ from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.conll_reader import TaggedSentence
 from keras_attn.text.conll_reader import iob1_to_iob2
+from keras_attn.text.entity_prediction import ner_model_inputs
+from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.errors import DataError
+from keras_attn.text.hard_cases import HARD_CASES
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.ner import IGNORE_LABEL
 from keras_attn.text.ner import Entity
@@ -33,8 +36,12 @@ from keras_attn.text.vocabulary import check_vocabulary
 from keras_attn.text.vocabulary import load_vocabulary
 from keras_attn.text.vocabulary import save_vocabulary
 from keras_attn.text.vocabulary import train_wordpiece_vocabulary
+from keras_attn.text.word_splitter import character_class
+from keras_attn.text.word_splitter import split_words
+from keras_attn.text.word_splitter import split_words_tf
 
 __all__ = [
+    "HARD_CASES",
     "IGNORE_LABEL",
     "ClassificationExample",
     "ClassificationReader",
@@ -52,6 +59,7 @@ __all__ = [
     "TruncationCounter",
     "WordPieceTokenizer",
     "align_word_labels",
+    "character_class",
     "check_vocabulary",
     "decode_word_labels",
     "entity_scores",
@@ -59,9 +67,13 @@ __all__ = [
     "iob1_to_iob2",
     "iob2_entities",
     "load_vocabulary",
+    "ner_model_inputs",
+    "predict_entities",
     "read_lines",
     "repair_iob2",
     "save_vocabulary",
+    "split_words",
+    "split_words_tf",
     "train_wordpiece_vocabulary",
     "word_offsets_from_subwords",
 ]

@@ -171,9 +171,18 @@ class ClassificationReader:
                         f"(the first row has {width}). Check the delimiter and the row.",
                     )
                 values[name] = row[index]
+            self._check_label(values["label"], start_line)
             report.add("examples")
             yield ClassificationExample(values["text"], values["text_pair"], values["label"],
                                         start_line)
+
+    def _check_label(self, label, line):
+        if label is not None and not label.strip():
+            raise DataError(
+                self.path, line,
+                f"empty label (`label_column={self.label_column!r}`): every example needs a "
+                "label. Fill it in or remove the row.",
+            )
 
     def _columns(self):
         return {"text": self.text_column, "text_pair": self.text_pair_column,
@@ -229,6 +238,7 @@ class ClassificationReader:
                         f"key {key!r} holds a {type(value).__name__}, expected a string.",
                     )
                 values[name] = value
+            self._check_label(values["label"], line_number)
             report.add("examples")
             yield ClassificationExample(values["text"], values["text_pair"], values["label"],
                                         line_number)

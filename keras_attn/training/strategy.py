@@ -2,6 +2,8 @@
 
 import json
 import os
+import socket
+import urllib.parse
 
 import tensorflow as tf
 
@@ -107,18 +109,47 @@ def resolve_strategy(name="auto", tpu=None, logical_cpu_devices=None):
             f"{task['type']} {task['index']}, {strategy.num_replicas_in_sync} replicas in sync"
         )
     if name == "tpu":
+        _probe_tpu_address(tpu)
         try:
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
             tf.config.experimental_connect_to_cluster(resolver)
             tf.tpu.experimental.initialize_tpu_system(resolver)
         except (ValueError, OSError, tf.errors.OpError, RuntimeError) as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
             raise StrategyError(
-                f"no TPU reachable (distribute.tpu={tpu!r}): {error}. On a Cloud TPU VM use "
+                f"no TPU reachable (distribute.tpu={tpu!r}): {reason}. On a Cloud TPU VM use "
                 "distribute.tpu=local; on a TPU node give its name or grpc://address."
             ) from None
         strategy = tf.distribute.TPUStrategy(resolver)
         return strategy, f"TPUStrategy, {strategy.num_replicas_in_sync} cores"
     raise StrategyError(f"unknown strategy {name!r}")
+
+
+TPU_CONNECT_TIMEOUT_SECONDS = 10
+
+
+def _probe_tpu_address(tpu):
+    """Fails fast on a `grpc://host:port` nobody listens on (TensorFlow would wait forever)."""
+    if not (isinstance(tpu, str) and tpu.startswith("grpc://")):
+        return
+    address = urllib.parse.urlsplit(tpu)
+    try:
+        port = address.port
+    except ValueError:
+        port = None
+    if not address.hostname or port is None:
+        raise StrategyError(
+            f"distribute.tpu={tpu!r} is not a grpc://host:port address (e.g. "
+            "grpc://10.0.0.2:8470)")
+    try:
+        socket.create_connection((address.hostname, port),
+                                 timeout=TPU_CONNECT_TIMEOUT_SECONDS).close()
+    except OSError as error:
+        raise StrategyError(
+            f"no TPU reachable (distribute.tpu={tpu!r}): cannot connect to "
+            f"{address.hostname}:{port} within {TPU_CONNECT_TIMEOUT_SECONDS} s ({error}). Check "
+            "the address and that the TPU is up; on a Cloud TPU VM use distribute.tpu=local."
+        ) from None
 
 
 def is_chief():

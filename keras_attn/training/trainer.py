@@ -136,6 +136,15 @@ class Trainer:
     # --- the run ------------------------------------------------------------------------
 
     def run(self):
+        # The dtype policy is process-global; the caller's is put back afterwards (the
+        # trained model keeps the policy it was built with).
+        previous_policy = keras.config.dtype_policy()
+        try:
+            return self._run()
+        finally:
+            keras.config.set_dtype_policy(previous_policy)
+
+    def _run(self):
         config, train, log = self.config, self.config.train, self.log
         started = time.perf_counter()
         self._setup_numerics()
@@ -183,6 +192,13 @@ class Trainer:
         with strategy.scope():
             keras.utils.set_random_seed(train.seed)
             model = task.build_model()
+            if config.model.quantization_aware:
+                from keras_attn.quantization.qat_bert import QatBert
+
+                if not isinstance(model, QatBert):  # a QAT run continued stays as it is
+                    model = QatBert.from_float(model)
+                log("quantization-aware training: fake int8 quantization of weights and "
+                    "activations (ranges: moving averages of the training batches)")
             optimizer = make_optimizer(train, updates, model)
             optimizer.build(model.trainable_variables)
             model.compile(optimizer=optimizer, loss=task.loss(), jit_compile=train.jit_compile)
@@ -318,7 +334,11 @@ class Trainer:
                                             config.train.eval_batch_size)
             log(f"test {task.metric}: {results['test'][task.metric]:.4f}")
         if self.chief:
-            model.save(self.output_dir / "model.keras")
+            # For inference and export: the architecture and best weights, not compiled (the
+            # optimizer state lives in checkpoints/; loading needs no training classes).
+            inference = model.__class__.from_config(model.get_config())
+            inference.set_weights(model.get_weights())
+            inference.save(self.output_dir / "model.keras")
             (self.output_dir / "metrics.json").write_text(
                 json.dumps(results, indent=1, default=float), encoding="utf-8")
             log(f"wrote {self.output_dir / 'model.keras'} and {self.output_dir / 'metrics.json'}"

@@ -32,31 +32,24 @@ class ClassificationTask(BertTask):
             train = train[: data.max_train_examples]
         if not train:
             raise ValueError(f"{data.train}: no examples")
-        labels_file = self.output_dir / "labels.txt"
-        from keras_attn.text.label_vocabulary import LabelVocabulary
-
-        if labels_file.is_file():
-            self.labels = LabelVocabulary.load(labels_file)
-        else:
-            self.labels = LabelVocabulary.build(example.label for example in train)
+        self.labels = self.task_labels(lambda: (example.label for example in train))
         self.tokenizer = WordPieceTokenizer(
             self.vocabulary(lambda: [e.text for e in train] + [e.text_pair for e in train
                                                                if e.text_pair]),
-            lowercase=self.config.model.lowercase, sequence_length=data.max_length,
+            lowercase=self.lowercase, sequence_length=data.max_length,
         )
         self.train_examples = self.encode(train, data.train)
         self.dev_examples = self.encode(list(self._reader(data.dev)), data.dev) if data.dev \
             else None
         self.test_examples = self.encode(list(self._reader(data.test)), data.test) \
             if data.test else None
-        self.num_truncated = self._truncated
         self.log(f"{len(self.train_examples):,} training examples, {len(self.labels)} labels "
                  f"{list(self.labels.labels)}, vocabulary {self.tokenizer.vocabulary_size():,}")
 
     def encode(self, examples, path):
         """Examples as dicts of `token_ids`, `segment_ids` (unpadded) and `label`."""
         encoded = []
-        self._truncated = 0
+        truncated = 0
         pairs = examples and examples[0].text_pair is not None
         for start in range(0, len(examples), ENCODE_CHUNK):
             chunk = examples[start: start + ENCODE_CHUNK]
@@ -65,16 +58,22 @@ class ClassificationTask(BertTask):
                                  return_num_truncated=True)
             lengths = out["padding_mask"].numpy().sum(axis=1)
             token_ids, segment_ids = out["token_ids"].numpy(), out["segment_ids"].numpy()
-            self._truncated += int((out["num_truncated"].numpy() > 0).sum())
+            truncated += int((out["num_truncated"].numpy() > 0).sum())
             for row, example in enumerate(chunk):
                 n = lengths[row]
                 label = self.labels.id(example.label, path, example.line) \
                     if example.label is not None else -1
                 encoded.append({"token_ids": token_ids[row, :n],
                                 "segment_ids": segment_ids[row, :n], "label": label})
+        if truncated:
+            self.log(f"{path}: {truncated} examples cut by max_length="
+                     f"{self.config.data.max_length} (their last word pieces are dropped)")
         return encoded
 
     def build_model(self):
+        trained = self.trained_model(BertClassifier, len(self.labels), "classification")
+        if trained is not None:
+            return trained
         backbone = self.backbone(self.tokenizer.vocabulary_size())
         return BertClassifier(backbone, num_classes=len(self.labels),
                               dropout=self.config.model.dropout)
@@ -91,7 +90,11 @@ class ClassificationTask(BertTask):
         return x, y, np.ones(len(examples), dtype="float32")
 
     def evaluate(self, predict, examples, batch_size):
-        logits = np.stack(self.predict_outputs(predict, examples, batch_size))
+        return self.score(examples, self.predict_outputs(predict, examples, batch_size))
+
+    def score(self, examples, outputs):
+        """Accuracy and mean cross-entropy of per-example `(C,)` logits."""
+        logits = np.stack(outputs)
         labels = np.array([e["label"] for e in examples])
         predicted = logits.argmax(axis=-1)
         log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)

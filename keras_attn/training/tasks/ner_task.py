@@ -8,7 +8,6 @@ from keras_attn.models.masked_sparse_categorical_crossentropy import (
     MaskedSparseCategoricalCrossentropy,
 )
 from keras_attn.text.conll_reader import ConllReader
-from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.ner import IGNORE_LABEL
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.ner import decode_word_labels
@@ -35,12 +34,11 @@ class NerTask(BertTask):
             train = train[: data.max_train_examples]
         if not train:
             raise ValueError(f"{data.train}: no sentences")
-        labels_file = self.output_dir / "labels.txt"
-        self.labels = LabelVocabulary.load(labels_file) if labels_file.is_file() else \
-            LabelVocabulary.build(tag for sentence in train for tag in sentence.tags)
+        self.labels = self.task_labels(lambda: (tag for sentence in train
+                                                for tag in sentence.tags))
         self.tokenizer = WordPieceTokenizer(
             self.vocabulary(lambda: [" ".join(s.tokens) for s in train]),
-            lowercase=self.config.model.lowercase, sequence_length=data.max_length,
+            lowercase=self.lowercase, sequence_length=data.max_length,
         )
         self.train_examples = self.encode(train, data.train)
         self.dev_examples = self.encode(list(ConllReader(data.dev)), data.dev) if data.dev \
@@ -48,26 +46,25 @@ class NerTask(BertTask):
         self.test_examples = self.encode(list(ConllReader(data.test)), data.test) \
             if data.test else None
         self.log(f"{len(self.train_examples):,} training sentences, {len(self.labels)} tags, "
-                 f"vocabulary {self.tokenizer.vocabulary_size():,}"
-                 + (f"; {self._truncated_words} words cut by max_length="
-                    f"{data.max_length} (they count as 'O' predictions)"
-                    if self._truncated_words else ""))
+                 f"vocabulary {self.tokenizer.vocabulary_size():,}")
 
     def encode(self, sentences, path):
         """Sentences as dicts of `token_ids`, `labels`, `word_ids` and the gold `tags`."""
         encoded = []
-        self._truncated_words = 0
+        truncated_words = 0
         tokenizer = self.tokenizer
         for start in range(0, len(sentences), ENCODE_CHUNK):
             chunk = sentences[start: start + ENCODE_CHUNK]
-            label_ids = [[self.labels.id(tag, path, s.line) for tag in s.tags] for s in chunk]
+            # A sentence's words are on consecutive lines from `s.line`.
+            label_ids = [[self.labels.id(tag, path, s.line + offset)
+                          for offset, tag in enumerate(s.tags)] for s in chunk]
             pieces = tokenizer.tokenize_words([list(s.tokens) for s in chunk])
             out = align_word_labels(
                 pieces, tf.ragged.constant(label_ids, dtype=tf.int32),
                 cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
                 sequence_length=self.config.data.max_length,
             )
-            self._truncated_words += int(out["num_truncated_words"].numpy().sum())
+            truncated_words += int(out["num_truncated_words"].numpy().sum())
             token_ids = out["token_ids"].to_list()
             labels = out["labels"].to_list()
             word_ids = out["word_ids"].to_list()
@@ -78,9 +75,16 @@ class NerTask(BertTask):
                     "word_ids": np.asarray(word_ids[row], "int32"),
                     "tags": list(sentence.tags),
                 })
+        if truncated_words:
+            self.log(f"{path}: {truncated_words} words cut by max_length="
+                     f"{self.config.data.max_length} (they count as 'O' predictions)")
         return encoded
 
     def build_model(self):
+        trained = self.trained_model(BertTokenClassifier, len(self.labels),
+                                     "token_classification", use_crf=self.config.model.use_crf)
+        if trained is not None:
+            return trained
         backbone = self.backbone(self.tokenizer.vocabulary_size())
         return BertTokenClassifier(backbone, num_labels=len(self.labels),
                                    dropout=self.config.model.dropout,
@@ -111,7 +115,11 @@ class NerTask(BertTask):
         return x, labels, weights
 
     def evaluate(self, predict, examples, batch_size):
-        outputs = self.predict_outputs(predict, examples, batch_size)
+        return self.score(examples, self.predict_outputs(predict, examples, batch_size))
+
+    def score(self, examples, outputs):
+        """Strict entity F1 of per-example outputs: `(S, C)` logits (first-subword argmax)
+        or, from a CRF model, dicts with the Viterbi `tags`."""
         gold, predicted = [], []
         filled = 0
         for example, output in zip(examples, outputs):

@@ -1,6 +1,7 @@
 """What a training task provides to the trainer, and the pieces BERT tasks share."""
 
 import abc
+import json
 import math
 import os
 import pathlib
@@ -137,6 +138,84 @@ class BertTask(Task):
     def checkpoint_directory(self):
         checkpoint = self.config.model.checkpoint
         return minilm_directory() if checkpoint == "minilm" else checkpoint
+
+    def trained_run(self):
+        """The `keras-attn train` run directory `model.checkpoint` names (it holds
+        `model.keras`: the whole task model, e.g. to continue with quantization-aware
+        training), or `None` for a backbone checkpoint or none."""
+        checkpoint = self.config.model.checkpoint
+        if checkpoint in (None, "minilm"):
+            return None
+        directory = pathlib.Path(checkpoint)
+        if not (directory / "model.keras").is_file():
+            return None
+        recorded = directory / "config.json"
+        task = json.loads(recorded.read_text("utf-8"))["task"] if recorded.is_file() else None
+        if task is not None and task != self.name:
+            from keras_attn.training.config import ConfigError
+
+            raise ConfigError(
+                f"model.checkpoint={checkpoint} is a run of task {task!r}; task {self.name!r} "
+                "cannot continue it: use a run of the same task", self.config.source)
+        return directory
+
+    @property
+    def lowercase(self):
+        """Lower-casing of the tokenizer: a trained run's own setting, else the config's."""
+        run = self.trained_run()
+        if run is not None and (run / "config.json").is_file():
+            return json.loads((run / "config.json").read_text("utf-8"))["model"]["lowercase"]
+        return self.config.model.lowercase
+
+    def task_labels(self, training_labels):
+        """The label vocabulary: a trained run's (its model's outputs are in that order), this
+        run's saved one (a resumed run), or built from `training_labels()`."""
+        from keras_attn.text.label_vocabulary import LabelVocabulary
+
+        for directory in (self.trained_run(), self.output_dir):
+            if directory is not None and (directory / "labels.txt").is_file():
+                return LabelVocabulary.load(directory / "labels.txt")
+        return LabelVocabulary.build(training_labels())
+
+    def trained_model(self, model_class, num_outputs, head, **expected):
+        """A trained run's task model: a `model_class` with `num_outputs` classes or tags and
+        attributes equal to `expected`, or the `QatBert` (with that `head`) of a
+        quantization-aware run; its input length must cover `data.max_length`. `None` when
+        `model.checkpoint` is not a run directory."""
+        from keras_attn.quantization.qat_bert import QatBert
+        from keras_attn.training.config import ConfigError
+
+        run = self.trained_run()
+        if run is None:
+            return None
+        model = keras.models.load_model(run / "model.keras")
+        source = f"model.checkpoint={self.config.model.checkpoint}"
+        if isinstance(model, QatBert):
+            found = {"head": model.head, "num_outputs": model.num_outputs}
+            wanted = {"head": head, "num_outputs": num_outputs}
+            limit = model.max_sequence_length
+        elif isinstance(model, model_class):
+            outputs = model.num_classes if model_class.__name__ == "BertClassifier" \
+                else model.num_labels
+            found = {"num_outputs": outputs, **{k: getattr(model, k) for k in expected}}
+            wanted = {"num_outputs": num_outputs, **expected}
+            limit = model.backbone.max_sequence_length
+        else:
+            raise ConfigError(
+                f"{source} holds a {type(model).__name__}, but task {self.name!r} trains a "
+                f"{model_class.__name__}: use a run of the same task", self.config.source)
+        for name, value in wanted.items():
+            if found[name] != value:
+                raise ConfigError(
+                    f"{source}: its model has {name}={found[name]!r}, this task needs "
+                    f"{value!r} (the run's labels.txt and the data disagree)", self.config.source)
+        if self.config.data.max_length > limit:
+            raise ConfigError(
+                f"data.max_length={self.config.data.max_length} exceeds the "
+                f"max_sequence_length={limit} of the model in {run}: use at most {limit}",
+                self.config.source)
+        self.log(f"continuing from the trained model {run / 'model.keras'}")
+        return model
 
     def backbone(self, vocabulary_size):
         """A pretrained (`model.checkpoint`) or freshly initialized (`model.preset`) backbone."""

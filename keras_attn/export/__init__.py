@@ -1,0 +1,52 @@
+"""Export of trained keras-attn models to deployable artifacts: TFLite (float, float16,
+dynamic-range int8, full int8 from QAT or PTQ, raw text in), ONNX, the TF Serving
+SavedModel, and `export_run`, the whole `keras-attn export` stage with its report.
+
+TensorFlow-specific by design (the converters are).
+"""
+
+from keras_attn.export.onnx_export import OnnxRunner
+from keras_attn.export.onnx_export import export_onnx
+from keras_attn.export.onnx_export import quantize_onnx_dynamic
+from keras_attn.export.run_exporter import ExportError
+from keras_attn.export.run_exporter import ExportOptions
+from keras_attn.export.run_exporter import RunExporter
+from keras_attn.export.run_exporter import export_run
+from keras_attn.export.serving_module import ServingModule
+from keras_attn.export.serving_module import export_saved_model
+from keras_attn.export.serving_module import load_saved_model
+from keras_attn.export.text_tflite import decode_text_entities
+from keras_attn.export.text_tflite import export_text_tflite
+from keras_attn.export.text_tflite import run_text_tflite
+from keras_attn.export.text_tflite import text_interpreter
+from keras_attn.export.tflite_export import TFLITE_VARIANTS
+from keras_attn.export.tflite_export import TFLiteExportError
+from keras_attn.export.tflite_export import benchmark_tflite
+from keras_attn.export.tflite_export import check_builtins_only
+from keras_attn.export.tflite_export import export_tflite
+from keras_attn.export.tflite_export import run_tflite
+from keras_attn.export.tflite_export import tflite_op_report
+
+__all__ = [
+    "TFLITE_VARIANTS",
+    "ExportError",
+    "ExportOptions",
+    "OnnxRunner",
+    "RunExporter",
+    "ServingModule",
+    "TFLiteExportError",
+    "benchmark_tflite",
+    "check_builtins_only",
+    "decode_text_entities",
+    "export_onnx",
+    "export_run",
+    "export_saved_model",
+    "export_text_tflite",
+    "export_tflite",
+    "load_saved_model",
+    "quantize_onnx_dynamic",
+    "run_text_tflite",
+    "run_tflite",
+    "text_interpreter",
+    "tflite_op_report",
+]

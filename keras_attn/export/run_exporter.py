@@ -1,0 +1,700 @@
+"""`keras-attn export RUN_DIR`: every deployable artifact of a trained classification or NER
+run, each checked against the Keras float model, with a report.
+
+Steps (a finished step is reused when the command runs again):
+
+1. the run's float model, tokenizer, labels and evaluation data (`RUN_DIR` is a
+   `keras-attn train` output directory: `model.keras`, `config.json`, `vocab.txt`,
+   `labels.txt`);
+2. quantization-aware fine-tuning (`qat/`, through `keras-attn train` with
+   `model.checkpoint=RUN_DIR`, `model.quantization_aware=true`);
+3. TFLite: `model_fp32`, `model_fp16`, `model_dynamic_int8` and `model_int8_ptq` from the
+   float model, `model_int8` from the QAT model, all batch 1 with a fixed sequence length,
+   builtin ops only;
+4. `model.onnx` and `model_dynamic_int8.onnx`; `saved_model/` (text in, labels or entity
+   spans out); optionally `model_text.tflite`;
+5. side files `vocab.txt`, `labels.txt`, `model_card.json`, `golden_vectors.jsonl`;
+6. `export_report.json` / `export_report.md`: per artifact the task metric, agreement with
+   the Keras float model, max |Δlogit|, size, p50/p90 latency, and the op histograms.
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import time
+
+import keras
+import numpy as np
+
+TFLITE_FLOAT_VARIANTS = ("fp32", "fp16", "dynamic_int8", "int8_ptq")
+GOLDEN_DATA_EXAMPLES = 1000
+
+
+@dataclasses.dataclass
+class ExportOptions:
+    """What `export_run` produces and how it measures it.
+
+    Attributes:
+        sequence_length: fixed input length of the mobile artifacts; defaults to the run's
+            `data.max_length`.
+        qat_epochs: epochs of quantization-aware fine-tuning (0: calibrate the ranges on
+            training batches only, no fine-tuning).
+        qat_learning_rate: peak learning rate of QAT; defaults to a tenth of the run's.
+        qat_max_steps: cap on QAT updates (quick runs).
+        calibration_examples: training examples for PTQ calibration (and QAT ranges when
+            `qat_epochs=0`).
+        eval_split: `"dev"`, `"test"` or `"auto"` (test for NER, dev for classification,
+            whichever exists).
+        max_eval_examples: evaluate on the first N examples only.
+        latency_threads: thread counts of the latency measurements.
+        latency_runs: timed runs per latency measurement (after 5 warm-up runs).
+        text_tflite: also write `model_text.tflite` (raw strings in, tf-text custom ops).
+        golden_examples: data sentences in the golden vectors (plus the hard cases).
+    """
+
+    sequence_length: int = None
+    qat_epochs: int = 1
+    qat_learning_rate: float = None
+    qat_max_steps: int = None
+    calibration_examples: int = 128
+    eval_split: str = "auto"
+    max_eval_examples: int = None
+    latency_threads: tuple = (1, 2)
+    latency_runs: int = 50
+    text_tflite: bool = True
+    golden_examples: int = GOLDEN_DATA_EXAMPLES
+
+    def check(self):
+        def positive(name, allow_none=False, allow_zero=False):
+            value = getattr(self, name)
+            if value is None and allow_none:
+                return
+            low = 0 if allow_zero else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"`{name}` must be an integer >= {low}. "
+                                 f"Received: {name}={value!r}")
+
+        positive("sequence_length", allow_none=True)
+        positive("qat_epochs", allow_zero=True)
+        positive("qat_max_steps", allow_none=True)
+        positive("calibration_examples")
+        positive("max_eval_examples", allow_none=True)
+        positive("latency_runs")
+        positive("golden_examples", allow_zero=True)
+        if self.eval_split not in ("auto", "dev", "test"):
+            raise ValueError("`eval_split` must be 'auto', 'dev' or 'test'. "
+                             f"Received: eval_split={self.eval_split!r}")
+        if self.qat_learning_rate is not None and not self.qat_learning_rate > 0:
+            raise ValueError("`qat_learning_rate` must be > 0. "
+                             f"Received: qat_learning_rate={self.qat_learning_rate!r}")
+        if not self.latency_threads or any(
+                isinstance(t, bool) or not isinstance(t, int) or t < 1
+                for t in self.latency_threads):
+            raise ValueError("`latency_threads` must be positive integers. "
+                             f"Received: latency_threads={self.latency_threads!r}")
+
+
+class ExportError(ValueError):
+    """The run cannot be exported (missing files, unsupported task, bad options)."""
+
+
+def _fixed_length(x, length):
+    """Pads every `(B, S)` input of batch `x` to `(B, length)` with zeros."""
+    return {name: np.pad(np.asarray(value, "int32"),
+                         ((0, 0), (0, length - np.shape(value)[1])))
+            for name, value in x.items()}
+
+
+def _directory_size(path):
+    path = pathlib.Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _percentiles(times_ms):
+    return {"p50_ms": round(float(np.percentile(times_ms, 50)), 3),
+            "p90_ms": round(float(np.percentile(times_ms, 90)), 3), "runs": len(times_ms)}
+
+
+class RunExporter:
+    """Exports one `keras-attn train` run; `run()` returns the report dict.
+
+    Args:
+        run_dir: the training run directory.
+        output_dir: where the artifacts go.
+        options: `ExportOptions`.
+        log: callable receiving progress lines.
+    """
+
+    def __init__(self, run_dir, output_dir, options=None, log=None):
+        self.run_dir = pathlib.Path(run_dir)
+        self.output_dir = pathlib.Path(output_dir)
+        self.options = options or ExportOptions()
+        self.options.check()
+        self.log = log or (lambda message: None)
+        for name in ("model.keras", "config.json", "vocab.txt", "labels.txt"):
+            if not (self.run_dir / name).is_file():
+                raise ExportError(
+                    f"{self.run_dir / name} is missing: RUN_DIR must be the output directory "
+                    "of a finished `keras-attn train` run (model.keras, config.json, "
+                    "vocab.txt, labels.txt)")
+
+    # --- the source run -----------------------------------------------------------------
+
+    def _load(self):
+        from keras_attn.training.config import TrainingConfig
+        from keras_attn.training.tasks import make_task
+
+        recorded = json.loads((self.run_dir / "config.json").read_text("utf-8"))
+        if recorded["task"] not in ("classification", "ner"):
+            raise ExportError(
+                f"{self.run_dir}: task {recorded['task']!r} has no export; `keras-attn "
+                "export` takes classification and ner runs")
+        self.config = TrainingConfig.from_dict(recorded)
+        self.task = make_task(self.config, self.run_dir, self.log, write_files=False)
+        self.task.prepare()
+        self.model = keras.models.load_model(self.run_dir / "model.keras")
+        self.use_crf = bool(getattr(self.model, "use_crf", False))
+        limit = self.model.backbone.max_sequence_length
+        self.length = self.options.sequence_length or self.config.data.max_length
+        if self.length > limit:
+            raise ExportError(
+                f"sequence_length={self.length} exceeds the model's max_sequence_length="
+                f"{limit}: use --sequence-length {limit} or less")
+        if self.length < self.config.data.max_length:
+            self.log(f"note: sequence_length={self.length} is shorter than the "
+                     f"{self.config.data.max_length} tokens the model was trained with")
+        split = self.options.eval_split
+        if split == "auto":
+            order = ("test", "dev") if self.task.name == "ner" else ("dev", "test")
+            split = next((s for s in order if getattr(self.task, f"{s}_examples")), None)
+        examples = getattr(self.task, f"{split}_examples", None) if split else None
+        if not examples:
+            raise ExportError(
+                f"{self.run_dir}: the run has no {split or 'dev or test'} data to evaluate "
+                "the artifacts on (data.dev / data.test in its config)")
+        self.eval_split = split
+        self.eval_file = getattr(self.config.data, split)
+        self.examples = examples[: self.options.max_eval_examples]
+        self.log(f"source: {self.run_dir} ({self.task.name}, {type(self.model).__name__}, "
+                 f"{self.model.count_params():,} parameters); evaluation on {split} "
+                 f"({len(self.examples):,} examples); sequence length {self.length}")
+
+    # --- evaluation ---------------------------------------------------------------------
+
+    def _collect(self, predict_fixed, batch_size=32):
+        """Per-example raw outputs of `predict_fixed(x)` (fixed-length batches): `(C,)`
+        logits, or `(n, C)` token logits over the example's `n` real tokens."""
+        outputs = [None] * len(self.examples)
+        for indices, x in self.task.eval_batches(self.examples, batch_size):
+            x = {k: v for k, v in x.items() if k != "label_mask"}
+            logits = np.asarray(predict_fixed(_fixed_length(x, self.length)), "float32")
+            for row, index in enumerate(indices):
+                if self.task.name == "ner":
+                    n = len(self.examples[index]["token_ids"])
+                    outputs[index] = logits[row, :n]
+                else:
+                    outputs[index] = logits[row]
+        return outputs
+
+    def _score(self, outputs):
+        if self.use_crf:  # the CRF transitions decode emissions outside the network
+            from keras_attn.layers.crf import viterbi_decode
+
+            crf = self.model.get_layer("crf")
+            scored = []
+            for example, emissions in zip(self.examples, outputs):
+                mask = np.zeros(len(emissions), bool)
+                word_ids = example["word_ids"]
+                mask[: len(word_ids)] = (word_ids >= 0) & np.r_[True, word_ids[1:] !=
+                                                               word_ids[:-1]]
+                tags = viterbi_decode(emissions[None], crf.transitions,
+                                      crf.start_transitions, crf.end_transitions,
+                                      mask=mask[None])
+                scored.append({"tags": keras.ops.convert_to_numpy(tags)[0]})
+            outputs = scored
+        return self.task.score(self.examples, outputs)
+
+    def _compare(self, outputs, reference):
+        """Top-1 (classification) or token (NER) agreement and max |Δlogit|."""
+        agree, total, delta = 0, 0, 0.0
+        for a, b in zip(outputs, reference):
+            agree += int(np.sum(np.argmax(a, -1) == np.argmax(b, -1)))
+            total += int(np.size(np.argmax(a, -1)))
+            delta = max(delta, float(np.max(np.abs(a - b))))
+        return {"agreement": agree / total, "max_abs_logit_diff": delta}
+
+    def _keras_predict(self, model):
+        import tensorflow as tf
+
+        function = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+        return lambda x: keras.ops.convert_to_numpy(function(x))
+
+    # --- steps --------------------------------------------------------------------------
+
+    def _calibration_batches(self):
+        """Training examples padded to the export length, in batches of 8."""
+        examples = self.task.train_examples[: self.options.calibration_examples]
+        batches = []
+        for start in range(0, len(examples), 8):
+            x = self.task.collate(examples[start: start + 8])[0]
+            batches.append(_fixed_length({k: v for k, v in x.items() if k != "label_mask"},
+                                         self.length))
+        return batches
+
+    def _quantization_aware_model(self):
+        """The QAT model: fine-tuned through `keras-attn train`, or calibrated only."""
+        from keras_attn.quantization.qat_bert import QatBert
+
+        if self.use_crf:
+            return None  # QatBert has no CRF loss; CRF taggers get int8 by PTQ
+        qat_dir = self.output_dir / "qat"
+        if self.options.qat_epochs == 0:
+            if not (qat_dir / "model.keras").is_file():
+                self.log("QAT model calibrated on training batches (no fine-tuning)")
+                qat = QatBert.from_float(self.model)
+                qat.calibrate(self._calibration_batches())
+                qat_dir.mkdir(parents=True, exist_ok=True)
+                qat.save(qat_dir / "model.keras")
+        elif not (qat_dir / "metrics.json").is_file():
+            from keras_attn.training.config import TrainingConfig
+            from keras_attn.training.trainer import Trainer
+
+            values = self.config.to_dict()
+            values["output_dir"] = str(qat_dir)
+            values["model"].update(checkpoint=str(self.run_dir.resolve()),
+                                   quantization_aware=True, preset=None, vocabulary=None)
+            values["data"]["max_length"] = self.length
+            train = values["train"]
+            train.update(
+                epochs=self.options.qat_epochs, max_steps=self.options.qat_max_steps,
+                learning_rate=self.options.qat_learning_rate or train["learning_rate"] / 10,
+                warmup_ratio=0.1, warmup_steps=None, early_stopping_patience=None)
+            self.log(f"quantization-aware fine-tuning: {self.options.qat_epochs} epoch(s) "
+                     f"at learning rate {train['learning_rate']:.2e} -> {qat_dir}")
+            Trainer(TrainingConfig.from_dict(values), log=lambda m: self.log("  " + m)).run()
+        return keras.models.load_model(qat_dir / "model.keras")
+
+    def _tflite(self, qat):
+        from keras_attn.export.tflite_export import export_tflite
+        from keras_attn.export.tflite_export import tflite_op_report
+
+        wanted = [v for v in TFLITE_FLOAT_VARIANTS + ("int8",)
+                  if not (self.output_dir / f"model_{v}.tflite").is_file()]
+        if qat is None and "int8" in wanted:
+            wanted.remove("int8")
+        calibration = self._calibration_batches()
+        float_variants = [v for v in wanted if v != "int8"]
+        if float_variants:
+            self.log(f"TFLite {', '.join(float_variants)} (batch 1, length {self.length})")
+            export_tflite(self.model, self.output_dir, float_variants, self.length,
+                          representative_data=calibration)
+        if "int8" in wanted:
+            self.log("TFLite int8 from the QAT model")
+            export_tflite(qat, self.output_dir, ["int8"], self.length,
+                          representative_data=calibration)
+        variants = TFLITE_FLOAT_VARIANTS + (("int8",) if qat is not None else ())
+        return {v: tflite_op_report(self.output_dir / f"model_{v}.tflite") for v in variants}
+
+    def _onnx(self):
+        from keras_attn.export.onnx_export import export_onnx
+        from keras_attn.export.onnx_export import quantize_onnx_dynamic
+
+        path = self.output_dir / "model.onnx"
+        if not path.is_file():
+            self.log("ONNX (opset 17, dynamic batch and sequence)")
+            outputs = "logits" if self.use_crf else None
+            export_onnx(self.model, path, opset=17, outputs=outputs)
+        quantized = self.output_dir / "model_dynamic_int8.onnx"
+        if not quantized.is_file():
+            quantize_onnx_dynamic(path, quantized)
+
+    def _saved_model(self):
+        from keras_attn.export.serving_module import export_saved_model
+
+        directory = self.output_dir / "saved_model"
+        if not (directory / "saved_model.pb").is_file():
+            self.log("SavedModel for TF Serving (text in)")
+            export_saved_model(self.model, self._tokenizer(), self.task.labels, directory)
+
+    def _text_tflite(self):
+        from keras_attn.export.text_tflite import export_text_tflite
+
+        path = self.output_dir / "model_text.tflite"
+        if not path.is_file():
+            self.log("TFLite with the tokenizer inside (tf-text custom ops)")
+            export_text_tflite(self.model, self._tokenizer(), path)
+
+    def _tokenizer(self):
+        from keras_attn.text.tokenizer import WordPieceTokenizer
+
+        source = self.task.tokenizer
+        return WordPieceTokenizer(source.get_vocabulary(), lowercase=self.task.lowercase,
+                                  sequence_length=self.length)
+
+    # --- measurements -------------------------------------------------------------------
+
+    def _tflite_runner(self, path):
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=str(path), num_threads=2)
+        runner = interpreter.get_signature_runner()
+
+        def predict(x):
+            rows = []
+            for b in range(len(x["token_ids"])):
+                (logits,) = runner(**{k: v[b:b + 1] for k, v in x.items()}).values()
+                rows.append(np.asarray(logits, "float32")[0])
+            return np.stack(rows)
+
+        return predict
+
+    def _tflite_latency(self, path, threads):
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=str(path), num_threads=threads)
+        runner = interpreter.get_signature_runner()
+        x = self._latency_input()
+        return self._time(lambda: runner(**x), threads)
+
+    def _time(self, call, threads):
+        for _ in range(5):
+            call()
+        times = []
+        for _ in range(self.options.latency_runs):
+            start = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - start) * 1000)
+        return {**_percentiles(times), "num_threads": threads}
+
+    def _onnx_latency(self, path, threads):
+        from keras_attn.export.onnx_export import OnnxRunner
+
+        runner = OnnxRunner(str(path), threads=threads)
+        x = self._latency_input()
+        feed = runner.feed({k: v for k, v in x.items() if k in runner.input_names})
+        return self._time(lambda: runner.session.run(runner.output_names, feed), threads)
+
+    def _latency_input(self):
+        example = max(self.examples, key=lambda e: len(e["token_ids"]))
+        x = self.task.collate([example])[0]
+        return _fixed_length({k: v for k, v in x.items() if k != "label_mask"}, self.length)
+
+    # --- side files ---------------------------------------------------------------------
+
+    def _model_card(self, rows):
+        tokenizer = self._tokenizer()
+        card = {
+            "format": "keras-attn model card 1",
+            "task": self.task.name,
+            "metric": self.task.metric,
+            "labels": list(self.task.labels.labels),
+            "sequence_length": self.length,
+            "inputs": [{"name": n, "dtype": "int32", "shape": [1, self.length]}
+                       for n in ("token_ids", "segment_ids", "padding_mask")],
+            "outputs": [{"name": "logits", "dtype": "float32",
+                         "shape": [1, len(self.task.labels)] if self.task.name != "ner"
+                         else [1, self.length, len(self.task.labels)]}],
+            "tokenizer": {
+                "vocabulary": "vocab.txt", "vocabulary_size": tokenizer.vocabulary_size(),
+                "lowercase": bool(self.task.lowercase),
+                "strip_accents": bool(tokenizer.strip_accents),
+                "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id,
+                "pad_token_id": tokenizer.pad_token_id,
+                "unknown_token_id": tokenizer.unknown_token_id,
+                "max_word_characters": 100,
+            },
+            "words": "BERT basic tokenization: whitespace, each punctuation character and "
+                     "CJK ideograph is a word (keras_attn.text.word_splitter)"
+                     if self.task.name == "ner" else None,
+            "decoding": ("first word piece of each word, IOB2 repair (an I- tag after O or "
+                         "another type opens an entity), entity spans with code-point "
+                         "offsets" if self.task.name == "ner" else "softmax over logits"),
+            "crf": None,
+            "metrics": {r["artifact"]: r.get("metric") for r in rows},
+            "source_run": str(self.run_dir.resolve()),
+            "keras_attn_version": _version(),
+        }
+        if self.use_crf:
+            crf = self.model.get_layer("crf")
+            card["crf"] = {
+                name: keras.ops.convert_to_numpy(getattr(crf, name)).round(6).tolist()
+                for name in ("transitions", "start_transitions", "end_transitions")}
+        (self.output_dir / "model_card.json").write_text(
+            json.dumps(card, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    def _golden_vectors(self):
+        """`golden_vectors.jsonl`: texts -> ids, offsets, (words), Keras float logits and
+        the labels or entity spans decoded from those logits, for the app's parity tests."""
+        from keras_attn.text.hard_cases import HARD_CASES
+
+        texts = list(HARD_CASES) + self._data_texts(self.options.golden_examples)
+        tokenizer = self._tokenizer()
+        predict = self._keras_predict(self.model)
+        path = self.output_dir / "golden_vectors.jsonl"
+        with open(path, "w", encoding="utf-8") as f:
+            for start in range(0, len(texts), 64):
+                chunk = texts[start: start + 64]
+                records = (self._golden_ner(chunk, tokenizer, predict)
+                           if self.task.name == "ner"
+                           else self._golden_classification(chunk, tokenizer, predict))
+                for record in records:
+                    # ASCII escapes: texts hold U+2028 and other characters that some line
+                    # readers split on.
+                    f.write(json.dumps(record, ensure_ascii=True) + "\n")
+        return len(texts)
+
+    def _data_texts(self, limit):
+        """Raw texts of the evaluation file (CoNLL sentences joined with spaces)."""
+        if limit == 0:
+            return []
+        if self.task.name == "ner":
+            from keras_attn.text.conll_reader import ConllReader
+
+            return [" ".join(s.tokens) for _, s in zip(range(limit),
+                                                       ConllReader(self.eval_file))]
+        from keras_attn.text.classification_reader import ClassificationReader
+
+        data = self.config.data
+        reader = ClassificationReader(self.eval_file, text_column=data.text_column,
+                                      label_column=data.label_column, header=data.header)
+        return [e.text for _, e in zip(range(limit), reader)]
+
+    def _golden_classification(self, texts, tokenizer, predict):
+        x = {k: np.asarray(v) for k, v in tokenizer(texts).items()}
+        logits = np.asarray(predict(x), "float64").round(5)
+        ids, starts, ends = tokenizer.tokenize_with_offsets(texts)
+        records = []
+        for row, text in enumerate(texts):
+            probabilities = np.exp(logits[row] - logits[row].max())
+            probabilities /= probabilities.sum()
+            n = int(x["padding_mask"][row].sum())
+            records.append({
+                "text": text, "token_ids": x["token_ids"][row, :n].tolist(),
+                "piece_starts": starts[row].numpy().tolist(),
+                "piece_ends": ends[row].numpy().tolist(),
+                "logits": logits[row].tolist(),
+                "label": self.task.labels.labels[int(np.argmax(logits[row]))],
+                "probabilities": probabilities.round(6).tolist(),
+            })
+        return records
+
+    def _golden_ner(self, texts, tokenizer, predict):
+        from keras_attn.text.entity_prediction import ner_model_inputs
+        from keras_attn.text.ner import decode_word_labels
+        from keras_attn.text.ner import entity_spans
+        from keras_attn.text.ner import repair_iob2
+        from keras_attn.text.word_splitter import split_words
+
+        split = [split_words(text, tokenizer.strip_accents) for text in texts]
+        x, word_ids, truncated = ner_model_inputs(tokenizer, [[w for w, _, _ in s]
+                                                              for s in split])
+        logits = np.asarray(predict(x), "float64").round(5)
+        if self.use_crf:
+            scores = self._score_rows(logits, word_ids)
+        records = []
+        for row, (text, words) in enumerate(zip(texts, split)):
+            n = int(x["padding_mask"][row].sum())
+            row_scores = scores[row: row + 1] if self.use_crf else logits[row: row + 1]
+            tags, _ = decode_word_labels(row_scores, word_ids[row: row + 1], [len(words)],
+                                         self.task.labels)
+            tags, _ = repair_iob2(tags[0])
+            records.append({
+                "text": text,
+                "words": [[w, s, e] for w, s, e in words],
+                "token_ids": x["token_ids"][row, :n].tolist(),
+                "word_ids": word_ids[row, :n].tolist(),
+                "num_truncated_words": int(truncated[row]),
+                "logits": logits[row, :n].tolist(),
+                "word_tags": tags,
+                "entities": [{k: span[k] for k in ("type", "start_char", "end_char", "text")}
+                             for span in entity_spans(tags, [(s, e) for _, s, e in words],
+                                                      text)],
+            })
+        return records
+
+    def _score_rows(self, logits, word_ids):
+        from keras_attn.layers.crf import viterbi_decode
+
+        crf = self.model.get_layer("crf")
+        previous = np.concatenate([np.full((len(word_ids), 1), -1), word_ids[:, :-1]], 1)
+        mask = (word_ids >= 0) & (word_ids != previous)
+        tags = viterbi_decode(logits.astype("float32"), crf.transitions,
+                              crf.start_transitions, crf.end_transitions, mask=mask)
+        return keras.ops.convert_to_numpy(tags)
+
+    # --- the run ------------------------------------------------------------------------
+
+    def run(self):
+        started = time.perf_counter()
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._load()
+        for name in ("vocab.txt", "labels.txt"):
+            shutil.copyfile(self.run_dir / name, self.output_dir / name)
+
+        qat = self._quantization_aware_model()
+        op_reports = self._tflite(qat)
+        self._onnx()
+        self._saved_model()
+        text_error = None
+        if self.options.text_tflite:
+            try:
+                self._text_tflite()
+            except (ValueError, RuntimeError) as error:
+                text_error = str(error).splitlines()[0]
+                self.log(f"model_text.tflite not written: {text_error}")
+
+        self.log(f"evaluating every artifact on {len(self.examples):,} {self.eval_split} "
+                 "examples")
+        rows = self._evaluate_all(qat)
+        for row in rows:
+            if row["artifact"].endswith(".tflite") and row["artifact"] != "model_text.tflite":
+                variant = row["artifact"][len("model_"):-len(".tflite")]
+                row["ops"] = op_reports[variant]["ops"]
+                row["non_int8_ops"] = op_reports[variant]["non_int8_ops"]
+        self._model_card(rows)
+        golden = self._golden_vectors()
+        report = {
+            "source_run": str(self.run_dir.resolve()), "task": self.task.name,
+            "metric": self.task.metric, "eval_split": self.eval_split,
+            "eval_examples": len(self.examples), "sequence_length": self.length,
+            "artifacts": rows, "golden_vectors": golden,
+            "model_text_tflite_error": text_error,
+            "machine": _machine(), "seconds": round(time.perf_counter() - started, 1),
+        }
+        (self.output_dir / "export_report.json").write_text(
+            json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        (self.output_dir / "export_report.md").write_text(report_markdown(report),
+                                                           encoding="utf-8")
+        self.log(f"wrote {self.output_dir / 'export_report.md'}")
+        return report
+
+    def _evaluate_all(self, qat):
+        from keras_attn.export.onnx_export import OnnxRunner
+        from keras_attn.export.serving_module import load_saved_model
+
+        threads = self.options.latency_threads
+        reference = self._collect(self._keras_predict(self.model))
+        rows = [{"artifact": "model.keras (float, Keras)", "path": str(self.run_dir /
+                                                                       "model.keras"),
+                 "size_bytes": _directory_size(self.run_dir / "model.keras"),
+                 "metric": self._score(reference)[self.task.metric],
+                 "agreement": 1.0, "max_abs_logit_diff": 0.0}]
+
+        def add(name, path, predict, latency=None):
+            self.log(f"  {name}")
+            outputs = self._collect(predict)
+            row = {"artifact": name, "path": str(path), "size_bytes": _directory_size(path),
+                   "metric": self._score(outputs)[self.task.metric],
+                   **self._compare(outputs, reference)}
+            if latency is not None:
+                row["latency"] = latency()
+            rows.append(row)
+
+        if qat is not None:
+            add("QAT model (Keras, fake int8)", self.output_dir / "qat" / "model.keras",
+                self._keras_predict(qat))
+        variants = TFLITE_FLOAT_VARIANTS[:3] + (("int8",) if qat is not None else ()) + \
+            ("int8_ptq",)
+        for variant in variants:
+            path = self.output_dir / f"model_{variant}.tflite"
+            add(f"model_{variant}.tflite", path, self._tflite_runner(path),
+                lambda p=path: [self._tflite_latency(p, t) for t in threads])
+        for name in ("model.onnx", "model_dynamic_int8.onnx"):
+            path = self.output_dir / name
+            runner = OnnxRunner(str(path), threads=2)
+            add(name, path,
+                lambda x, r=runner: r({k: v for k, v in x.items() if k in r.input_names}),
+                lambda p=path: [self._onnx_latency(p, t) for t in threads])
+        saved = load_saved_model(self.output_dir / "saved_model").signatures["predict_ids"]
+        add("saved_model/ (predict_ids)", self.output_dir / "saved_model",
+            lambda x: saved(**{k: v for k, v in x.items()})["logits"].numpy())
+        return rows
+
+
+def _version():
+    from keras_attn.version import __version__
+
+    return __version__
+
+
+def _machine():
+    import platform
+
+    import tensorflow as tf
+
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "tensorflow": tf.__version__,
+            "keras": keras.__version__}
+
+
+def report_markdown(report):
+    """The report as a Markdown page: the artifact table, latencies and op histograms."""
+    metric = report["metric"]
+    float_row = report["artifacts"][0]
+    float_size = next((r["size_bytes"] for r in report["artifacts"]
+                       if r["artifact"] == "model_fp32.tflite"), None)
+    threads = sorted({lat["num_threads"] for r in report["artifacts"]
+                      for lat in r.get("latency", [])})
+    float_latency = {lat["num_threads"]: lat["p50_ms"] for r in report["artifacts"]
+                     if r["artifact"] == "model_fp32.tflite" for lat in r.get("latency", [])}
+    lines = [
+        f"# Export report: {report['task']}",
+        "",
+        f"Source run `{report['source_run']}`; {metric} on {report['eval_examples']:,} "
+        f"{report['eval_split']} examples; sequence length {report['sequence_length']}; "
+        f"{report['machine']['cpu']}, {report['machine']['cpu_count']} cores; TensorFlow "
+        f"{report['machine']['tensorflow']}, Keras {report['machine']['keras']}.",
+        "",
+        "Agreement: top-1 (classification) or per-token argmax (NER) equal to the Keras "
+        "float model's; max |Δlogit| over real tokens. Latency: one batch-1 inference "
+        "(LiteRT with XNNPACK; onnxruntime), p50 / p90 ms.",
+        "",
+        f"| artifact | {metric} | Δ vs float | agreement | max \\|Δlogit\\| | size | "
+        "% of fp32 | " + " | ".join(f"{t} thread{'s' if t > 1 else ''} p50 / p90 (× fp32)"
+                                   for t in threads) + " |",
+        "| --- " * (7 + len(threads)) + "|",
+    ]
+    for row in report["artifacts"]:
+        cells = [f"`{row['artifact']}`", f"{row['metric']:.4f}",
+                 f"{row['metric'] - float_row['metric']:+.4f}", f"{row['agreement']:.4f}",
+                 f"{row['max_abs_logit_diff']:.2e}", f"{row['size_bytes'] / 1e6:.1f} MB",
+                 f"{100 * row['size_bytes'] / float_size:.0f} %" if float_size else "—"]
+        by_threads = {lat["num_threads"]: lat for lat in row.get("latency", [])}
+        for t in threads:
+            lat = by_threads.get(t)
+            ratio = f" ({lat['p50_ms'] / float_latency[t]:.2f}×)" \
+                if lat and t in float_latency else ""
+            cells.append(f"{lat['p50_ms']:.2f} / {lat['p90_ms']:.2f}{ratio}" if lat else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    int8 = next((r for r in report["artifacts"] if r["artifact"] == "model_int8.tflite"), None)
+    if int8 is not None:
+        lines += ["", "## Ops of `model_int8.tflite` that are not int8", ""]
+        if int8["non_int8_ops"]:
+            lines += [f"- `{op}` × {count}" for op, count in int8["non_int8_ops"].items()]
+        else:
+            lines.append("None: every op runs in integer arithmetic.")
+    lines += ["", "## Op histograms", ""]
+    for row in report["artifacts"]:
+        if "ops" in row:
+            ops = ", ".join(f"{op} {count}" for op, count in row["ops"].items())
+            lines.append(f"- `{row['artifact']}`: {ops}")
+    if report.get("model_text_tflite_error"):
+        lines += ["", f"`model_text.tflite` was not written: {report['model_text_tflite_error']}"]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def export_run(run_dir, output_dir, options=None, log=None):
+    """Exports a trained run; see `RunExporter`. Returns the report dict."""
+    return RunExporter(run_dir, output_dir, options, log).run()

@@ -1,0 +1,330 @@
+"""TFLite export of BERT task models: float, float16, dynamic-range int8, full int8 from
+quantization-aware training (QAT) and full int8 by post-training quantization (PTQ).
+
+Every artifact comes from a SavedModel of a `tf.function` with a static `(1, L)` int32
+signature (`token_ids`, `segment_ids`, `padding_mask`) converted with
+`tf.lite.TFLiteConverter.from_saved_model` and builtin ops only, so the graph holds no
+dynamic-shape ops and no Flex/custom ops. The graph converted is always the TFLite
+layout of `QatBert` (2-D matmuls, batched-matmul attention, GATHER embeddings): with fake
+quantization for `int8`, without it for the float variants and `int8_ptq`. The output is
+float32 `logits` in every variant (the full-int8 models end with one DEQUANTIZE: apps get
+logits, not int8 codes and scales).
+
+The converter leaks memory across conversions, so conversion runs in a subprocess
+(`keras_attn.export._convert_worker`), all requested variants in one.
+"""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import numpy as np
+
+from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.models.bert_token_classifier import BertTokenClassifier
+
+logger = logging.getLogger(__name__)
+
+TFLITE_VARIANTS = ("fp32", "fp16", "dynamic_int8", "int8", "int8_ptq")
+INPUT_NAMES = ("token_ids", "segment_ids", "padding_mask")
+# Score of padded attention keys in the float graph that the converter calibrates for
+# `int8_ptq`: bounded (an additive -1e9 would set the int8 scale of the scores).
+PTQ_MASKED_SCORE = -20.0
+_INTEGER_TYPES = ("INT8", "INT32", "BOOL", "INT64", "INT16")
+
+
+class TFLiteExportError(RuntimeError):
+    """A conversion failed or produced an artifact that breaks its contract."""
+
+
+def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=128,
+                  representative_data=None, file_prefix="model_"):
+    """Converts a BERT task model to TFLite artifacts, in a subprocess.
+
+    Args:
+        model: a `QatBert` (needed for `int8`; its ranges must be trained or calibrated),
+            or a float `BertClassifier` / `BertTokenClassifier` (float variants and
+            `int8_ptq`; converted through its `QatBert` float twin).
+        output_dir: directory the `.tflite` files are written to
+            (`{file_prefix}{variant}.tflite`).
+        variants: names from `TFLITE_VARIANTS`.
+        sequence_length: int, the fixed sequence length `L` of the signature.
+        representative_data: iterable of input dicts of `(B, L)` int arrays, real inputs.
+            Required by `int8_ptq` (the ranges) and by `int8`, where the converter uses it
+            only for the tensors without fake quantization (the LayerNorm internals).
+        file_prefix: str, file name prefix.
+
+    Returns:
+        Dict variant -> `{"path", "size_bytes", "ops", "non_int8_ops"}` (see
+        `tflite_op_report`).
+
+    Raises:
+        ValueError: bad arguments (named). TFLiteExportError: the conversion failed, or a
+        Flex/custom op appeared.
+    """
+    from keras_attn.quantization.qat_bert import QatBert
+
+    variants = tuple(variants)
+    unknown = [v for v in variants if v not in TFLITE_VARIANTS]
+    if unknown or not variants:
+        raise ValueError(
+            f"`variants` must be a non-empty subset of {TFLITE_VARIANTS}. "
+            f"Received: variants={variants!r}"
+        )
+    if isinstance(model, (BertClassifier, BertTokenClassifier)):
+        if "int8" in variants:
+            raise ValueError(
+                "The `int8` variant is converted from a quantization-aware model: pass "
+                "`QatBert.from_float(model)` after QAT or `calibrate`, or ask for "
+                "`int8_ptq`. Received: model=" + type(model).__name__
+            )
+        qat = QatBert.from_float(model, quantize=False)
+    elif isinstance(model, QatBert):
+        qat = model
+    else:
+        raise ValueError(
+            "`model` must be a QatBert, BertClassifier or BertTokenClassifier. "
+            f"Received: model={type(model).__name__}"
+        )
+    if (isinstance(sequence_length, bool) or not isinstance(sequence_length, int)
+            or sequence_length < 1 or sequence_length > qat.max_sequence_length):
+        raise ValueError(
+            f"`sequence_length` must be an int in [1, max_sequence_length="
+            f"{qat.max_sequence_length}] (the size of the position table). "
+            f"Received: sequence_length={sequence_length!r}"
+        )
+    if "int8" in variants:
+        if not qat.quantize:
+            raise ValueError(
+                "The `int8` variant needs fake quantization on: pass a QatBert with "
+                "quantize=True. Received: quantize=False"
+            )
+        missing = qat.uncalibrated_quantizers()
+        if missing:
+            raise ValueError(
+                "The `int8` variant needs trained or calibrated activation ranges; "
+                f"{len(missing)} quantizers have none (first: {missing[0]}). Train the "
+                "QatBert or call `model.calibrate(batches)` first."
+            )
+    examples = None
+    needs_data = [v for v in variants if v in ("int8", "int8_ptq")]
+    if needs_data:
+        examples = _single_examples(representative_data, sequence_length, needs_data)
+
+    os.makedirs(output_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="keras_attn_tflite_") as work:
+        model_path = os.path.join(work, "model.keras")
+        qat.save(model_path)
+        data_path = None
+        if examples is not None:
+            data_path = os.path.join(work, "representative.npz")
+            np.savez(data_path, **examples)
+        job = {
+            "model_path": model_path, "data_path": data_path, "work_dir": work,
+            "sequence_length": sequence_length, "variants": list(variants),
+            "outputs": {
+                v: os.path.join(os.path.abspath(output_dir), f"{file_prefix}{v}.tflite")
+                for v in variants
+            },
+            "ptq_masked_score": PTQ_MASKED_SCORE,
+        }
+        job_path = os.path.join(work, "job.json")
+        with open(job_path, "w") as f:
+            json.dump(job, f)
+        started = time.perf_counter()
+        process = subprocess.run(
+            [sys.executable, "-m", "keras_attn.export._convert_worker", job_path],
+            capture_output=True, text=True,
+        )
+        if process.returncode != 0:
+            raise TFLiteExportError(
+                f"TFLite conversion of {list(variants)} failed (worker exit code "
+                f"{process.returncode}):\n" + _tail(process.stderr)
+            )
+        logger.info("Converted %s in %.1f s", list(variants), time.perf_counter() - started)
+    results = {}
+    for variant in variants:
+        path = job["outputs"][variant]
+        report = tflite_op_report(path)
+        check_builtins_only(report, path)
+        results[variant] = {"path": path, "size_bytes": os.path.getsize(path), **report}
+    return results
+
+
+def _tail(text, lines=30):
+    """The converter's error lines (MLIR dumps are long), else the end of stderr."""
+    all_lines = text.strip().splitlines()
+    errors = [line[:2000] for line in all_lines if "error:" in line or "Error" in line]
+    return "\n".join((errors or all_lines)[-lines:])
+
+
+def _single_examples(representative_data, sequence_length, variants):
+    """The representative inputs as `(N, 1, L)` int32 arrays per input name."""
+    if representative_data is None:
+        raise ValueError(
+            f"{variants} need `representative_data`: a list of input dicts of real "
+            f"`(B, {sequence_length})` token ids, segment ids and padding masks "
+            "(the converter calibrates int8 ranges on them). Received: "
+            "representative_data=None"
+        )
+    rows = {name: [] for name in INPUT_NAMES}
+    for index, batch in enumerate(representative_data):
+        if not isinstance(batch, dict) or any(name not in batch for name in INPUT_NAMES):
+            raise ValueError(
+                f"`representative_data[{index}]` must be a dict with keys {INPUT_NAMES}. "
+                f"Received: {type(batch).__name__}"
+            )
+        for name in INPUT_NAMES:
+            array = np.asarray(batch[name]).astype("int32")
+            if array.ndim == 1:
+                array = array[None]
+            if array.ndim != 2 or array.shape[1] != sequence_length:
+                raise ValueError(
+                    f"`representative_data[{index}]['{name}']` must have shape "
+                    f"(B, {sequence_length}) (the export sequence length). "
+                    f"Received: shape={array.shape}"
+                )
+            rows[name].extend(array[:, None, :])
+    if not rows["token_ids"]:
+        raise ValueError("`representative_data` is empty. Received: representative_data=[]")
+    return {name: np.stack(values) for name, values in rows.items()}
+
+
+def tflite_op_report(model):
+    """Operator histogram of a `.tflite` flatbuffer (path or bytes), read from the
+    flatbuffer itself (no interpreter, so it works for models with custom ops).
+
+    Returns:
+        Dict: `ops` {op name -> count} (custom ops under their custom code, e.g.
+        `FlexEinsum`), `custom_ops` (sorted names of custom/Flex ops), `non_int8_ops`
+        {op name -> count} of the ops with a float input or output (for a full-int8
+        model: every op that does not run in integer arithmetic), `input_types` and
+        `output_types` of the signature tensors, `input_shapes`.
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    if isinstance(model, (str, os.PathLike)):
+        with open(model, "rb") as f:
+            model = f.read()
+    flat = schema.Model.GetRootAsModel(bytearray(model), 0)
+    builtin_names = {v: k for k, v in vars(schema.BuiltinOperator).items()
+                     if not k.startswith("_")}
+    type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    codes = []
+    for i in range(flat.OperatorCodesLength()):
+        code = flat.OperatorCodes(i)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        name = builtin_names.get(builtin, str(builtin))
+        is_custom = name == "CUSTOM"
+        if is_custom:
+            name = code.CustomCode().decode()
+        codes.append((name, is_custom))
+    ops, non_int8, custom = Counter(), Counter(), set()
+    graph = flat.Subgraphs(0)
+
+    def tensor_type(index):
+        return type_names[graph.Tensors(index).Type()]
+
+    for j in range(graph.OperatorsLength()):
+        op = graph.Operators(j)
+        name, is_custom = codes[op.OpcodeIndex()]
+        ops[name] += 1
+        if is_custom:
+            custom.add(name)
+        tensors = [t for t in list(op.InputsAsNumpy()) + list(op.OutputsAsNumpy()) if t >= 0]
+        if any(tensor_type(t) not in _INTEGER_TYPES for t in tensors):
+            non_int8[name] += 1
+    inputs = [graph.Inputs(i) for i in range(graph.InputsLength())]
+    outputs = [graph.Outputs(i) for i in range(graph.OutputsLength())]
+    return {
+        "ops": dict(sorted(ops.items())),
+        "custom_ops": sorted(custom),
+        "non_int8_ops": dict(sorted(non_int8.items())),
+        "input_types": [tensor_type(t) for t in inputs],
+        "input_shapes": [graph.Tensors(t).ShapeAsNumpy().tolist() for t in inputs],
+        "output_types": [tensor_type(t) for t in outputs],
+    }
+
+
+def check_builtins_only(report, path):
+    """Raises `TFLiteExportError` if a Flex or custom op is in a builtins-only artifact."""
+    if report["custom_ops"]:
+        raise TFLiteExportError(
+            f"{path} contains Flex/custom ops {report['custom_ops']}, which stock LiteRT on "
+            "Android cannot run. Mobile artifacts must use builtin ops only: express the "
+            "offending op with builtin-convertible ops (ops histogram: "
+            f"{report['ops']})."
+        )
+
+
+def _interpreter(path, num_threads):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path), num_threads=num_threads)
+    interpreter.allocate_tensors()
+    return interpreter
+
+
+def _input_index(interpreter):
+    """Signature input name -> tensor index."""
+    runner = interpreter.get_signature_runner()
+    details = runner.get_input_details()
+    return {name: details[name]["index"] for name in INPUT_NAMES}
+
+
+def run_tflite(path, inputs, num_threads=1):
+    """Logits of a `.tflite` artifact for a batch, one example at a time (batch-1 model).
+
+    Args:
+        path: the `.tflite` file.
+        inputs: dict of `(B, L)` int arrays.
+
+    Returns:
+        float32 array `(B, ...)` of logits.
+    """
+    interpreter = _interpreter(path, num_threads)
+    runner = interpreter.get_signature_runner()
+    batch = np.asarray(inputs["token_ids"]).shape[0]
+    outputs = []
+    for b in range(batch):
+        result = runner(**{name: np.asarray(inputs[name][b:b + 1]).astype("int32")
+                           for name in INPUT_NAMES})
+        (logits,) = result.values()  # the one output
+        outputs.append(np.asarray(logits, "float32")[0])
+    return np.stack(outputs)
+
+
+def benchmark_tflite(path, num_threads=1, runs=50, warmup=5, sequence_length=None,
+                     seed=0):
+    """p50/p90 latency (ms) of one batch-1 inference with LiteRT (XNNPACK, default
+    delegate) on random token ids with a full padding mask.
+
+    Returns:
+        Dict `{"p50_ms", "p90_ms", "runs", "num_threads"}`.
+    """
+    interpreter = _interpreter(path, num_threads)
+    indices = _input_index(interpreter)
+    details = {d["index"]: d for d in interpreter.get_input_details()}
+    length = sequence_length or int(details[indices["token_ids"]]["shape"][1])
+    rng = np.random.default_rng(seed)
+    values = {
+        "token_ids": rng.integers(1000, 2000, (1, length)).astype("int32"),
+        "segment_ids": np.zeros((1, length), "int32"),
+        "padding_mask": np.ones((1, length), "int32"),
+    }
+    for name, index in indices.items():
+        interpreter.set_tensor(index, values[name])
+    for _ in range(warmup):
+        interpreter.invoke()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        interpreter.invoke()
+        times.append((time.perf_counter() - start) * 1000.0)
+    return {"p50_ms": float(np.percentile(times, 50)), "p90_ms": float(np.percentile(times, 90)),
+            "runs": runs, "num_threads": num_threads}

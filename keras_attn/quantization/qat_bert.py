@@ -1,0 +1,437 @@
+"""`QatBert`: the quantization-aware twin of `BertClassifier` / `BertTokenClassifier`,
+in the layout of the int8 TFLite graph."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attn.layers.transformer_block_base import serialize_activation
+from keras_attn.layers.validation import check_positive_int
+from keras_attn.layers.validation import check_rate
+from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.models.model_arguments import check_transformer_sizes
+from keras_attn.quantization.activation_quantizer import ActivationQuantizer
+from keras_attn.quantization.qat_embeddings import QatEmbeddings
+from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
+from keras_attn.quantization.quantized_dense import QuantizedDense
+from keras_attn.quantization.quantized_dense import check_weight_quantization
+
+HEADS = ("classification", "token_classification")
+
+# Layers of a float BERT task model, by name, that `from_float` maps (or that hold no
+# weights); anything else is refused with its name.
+_BACKBONE_LAYERS = ("token_ids", "segment_ids", "padding_mask", "embeddings",
+                    "embeddings_layer_norm", "embeddings_dropout", "pooled_dense")
+_HEAD_LAYERS = ("token_ids", "segment_ids", "padding_mask", "label_mask", "output_dropout",
+                "logits", "crf")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class QatBert(keras.Model):
+    """BERT task model for quantization-aware training and full-int8 TFLite export
+    (Jacob et al., 2018; BERT: Devlin et al., 2019).
+
+    An export-oriented re-expression of `BertClassifier` (`head="classification"`:
+    `logits = W Dropout(tanh(W_p h_[CLS] + b_p)) + b`, `(B, num_outputs)`) and
+    `BertTokenClassifier` (`head="token_classification"`: `(B, T, num_outputs)`): the
+    same function with the same weights (`from_float` maps them, `to_float` writes them
+    back), built from `QatEmbeddings`, `QatEncoderBlock` and `QuantizedDense`, whose
+    graphs are the int8 TFLite layout (2-D matmuls, reshape/transpose heads, batched
+    matmuls, GATHER embeddings) with every activation fake-quantized once where it is
+    produced (`ActivationQuantizer`, EMA ranges) and weights fake-quantized symmetrically,
+    per output channel by default.
+
+    With `quantize=False` the same graph runs in float: equal to the float model's logits
+    (up to float rounding), the source of the float and post-training-quantized TFLite
+    artifacts. A token classifier with a CRF maps its emission network; the CRF
+    transitions stay in the float model (decode with Viterbi outside the network).
+
+    Ranges must be set before the model is used quantized: train it (`fit`), or call
+    `calibrate` on a few batches.
+
+    Args:
+        vocabulary_size, num_layers, num_heads, hidden_dim, intermediate_dim,
+        max_sequence_length, num_segments, dropout, activation, layer_norm_epsilon: the
+            `BertBackbone` arguments.
+        num_outputs: int, classes (or tags).
+        head: `"classification"` or `"token_classification"`. Defaults to
+            `"classification"`.
+        output_dropout: float, dropout before the output layer. Defaults to `0.1`.
+        weight_quantization: `"per_channel"` or `"per_tensor"`. Defaults to
+            `"per_channel"`.
+        quantize: bool, fake quantization on. Defaults to `True`.
+        decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
+        attention_mask_margin: float, nats between the lowest real attention score and
+            padded keys in int8 (see `ActivationQuantizer`). Defaults to `12.0`.
+        masked_score: float, score of padded keys when `quantize=False`. Defaults to
+            `-1e9` (exact); `-20.0` for graphs the TFLite converter calibrates.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+
+    Inputs:
+        A dict of `(B, T)` ints: `token_ids`, `segment_ids`, `padding_mask`.
+
+    Returns:
+        Logits `(B, num_outputs)` or `(B, T, num_outputs)`.
+
+    Example:
+    >>> backbone = BertBackbone(vocabulary_size=50, num_layers=1, num_heads=2,
+    ...                         hidden_dim=8, intermediate_dim=16, max_sequence_length=16)
+    >>> qat = QatBert.from_float(BertClassifier(backbone, num_classes=3))
+    >>> x = {"token_ids": np.array([[2, 7, 9, 0]]), "segment_ids": np.zeros((1, 4), "int32"),
+    ...      "padding_mask": np.array([[1, 1, 1, 0]])}
+    >>> qat.calibrate([x])
+    >>> tuple(qat(x).shape)
+    (1, 3)
+    """
+
+    def __init__(self, vocabulary_size, num_layers, num_heads, hidden_dim, intermediate_dim,
+                 num_outputs, head="classification", max_sequence_length=512,
+                 num_segments=2, dropout=0.1, activation="gelu", layer_norm_epsilon=1e-12,
+                 output_dropout=0.1, weight_quantization="per_channel", quantize=True,
+                 decay=0.999, attention_mask_margin=12.0, masked_score=-1e9, **kwargs):
+        check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
+                                intermediate_dim)
+        check_positive_int("num_outputs", num_outputs)
+        if head not in HEADS:
+            raise ValueError(f"`head` must be one of {HEADS}. Received: head={head!r}")
+        check_rate("dropout", dropout)
+        check_rate("output_dropout", output_dropout)
+        check_weight_quantization(weight_quantization)
+        if not isinstance(quantize, bool):
+            raise ValueError(f"`quantize` must be a bool. Received: quantize={quantize!r}")
+        if not isinstance(activation, str):
+            activation = serialize_activation(activation)
+        common = dict(quantize=quantize, decay=decay)
+
+        # === Layers ===
+        embeddings = QatEmbeddings(
+            vocabulary_size, max_sequence_length, num_segments, hidden_dim,
+            layer_norm_epsilon, name="embeddings", **common,
+        )
+        embeddings_dropout = keras.layers.Dropout(dropout, name="embeddings_dropout")
+        blocks = [
+            QatEncoderBlock(
+                num_heads, intermediate_dim, dropout=dropout, activation=activation,
+                layer_norm_epsilon=layer_norm_epsilon,
+                weight_quantization=weight_quantization,
+                attention_mask_margin=attention_mask_margin, masked_score=masked_score,
+                name=f"transformer_layer_{i}", **common,
+            )
+            for i in range(num_layers)
+        ]
+        pooled_dense = None
+        if head == "classification":
+            pooled_dense = QuantizedDense(
+                hidden_dim, activation="tanh", weight_quantization=weight_quantization,
+                name="pooled_dense", **common,
+            )
+        head_dropout = keras.layers.Dropout(output_dropout, name="output_dropout")
+        logits_dense = QuantizedDense(
+            num_outputs, weight_quantization=weight_quantization, name="logits", **common
+        )
+
+        # === Functional Model ===
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in ("token_ids", "segment_ids", "padding_mask")
+        }
+        x = embeddings(inputs["token_ids"], inputs["segment_ids"])  # (B, T, H)
+        x = embeddings_dropout(x)
+        for block in blocks:
+            x = block(x, padding_mask=inputs["padding_mask"])  # (B, T, H)
+        if head == "classification":
+            x = pooled_dense(x[:, 0, :])  # (B, H), the [CLS] row
+        logits = logits_dense(head_dropout(x))  # (B, C) or (B, T, C)
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.num_outputs = num_outputs
+        self.head = head
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.dropout = dropout
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.output_dropout = output_dropout
+        self.weight_quantization = weight_quantization
+        self.quantize = quantize
+        self.decay = decay
+        self.attention_mask_margin = attention_mask_margin
+        self.masked_score = masked_score
+
+    # === Quantizers and calibration ===
+
+    @property
+    def activation_quantizers(self):
+        """Every `ActivationQuantizer` of the model, in graph order."""
+        found = []
+
+        def visit(layer):
+            if isinstance(layer, ActivationQuantizer):
+                found.append(layer)
+            for sublayer in layer._flatten_layers(include_self=False, recursive=False):
+                visit(sublayer)
+
+        for layer in self.layers:
+            visit(layer)
+        return found
+
+    def uncalibrated_quantizers(self):
+        """Paths of the quantizers whose range was never set (neither trained nor
+        calibrated): exporting to int8 needs none."""
+        return [q.path for q in self.activation_quantizers if float(q.initialized.numpy()) < 0.5]
+
+    def calibrate(self, batches):
+        """Sets the activation ranges from forward passes in inference mode (no dropout).
+
+        Each batch updates every range like a training step (EMA, the first batch
+        initializes it) — the quick way to get ranges for post-training int8 or to start
+        QAT from sensible ranges.
+
+        Args:
+            batches: iterable of input dicts (or `(inputs, labels)` pairs).
+        """
+        quantizers = self.activation_quantizers
+        for quantizer in quantizers:
+            quantizer.calibrating = True
+        try:
+            count = 0
+            for batch in batches:
+                if isinstance(batch, (tuple, list)):
+                    batch = batch[0]
+                self(batch, training=False)
+                count += 1
+        finally:
+            for quantizer in quantizers:
+                quantizer.calibrating = False
+        if count == 0:
+            raise ValueError("`calibrate` needs at least one batch. Received: batches=[]")
+
+    def freeze_ranges(self, frozen=True):
+        """Makes every activation and weight range a constant of the traced graph
+        (`frozen=True`, what export does before tracing: the TFLite converter turns a
+        FakeQuant into int8 scales only when its min/max fold to constants) or reads
+        them from the variables again (`frozen=False`, after further training)."""
+        for layer in self._flatten_layers(include_self=False):
+            if hasattr(layer, "freeze_weight_ranges"):
+                layer.freeze_weight_ranges(frozen)
+        for quantizer in self.activation_quantizers:
+            quantizer.frozen_range = (
+                (float(quantizer.min_value.numpy()), float(quantizer.max_value.numpy()))
+                if frozen else None
+            )
+
+    def with_quantization(self, quantize, **overrides):
+        """A copy of this model with `quantize` switched (and other config `overrides`,
+        e.g. `masked_score`), same weights and ranges."""
+        config = {**self.get_config(), "quantize": quantize, **overrides}
+        twin = QatBert.from_config(config)
+        twin.set_weights(self.get_weights())
+        return twin
+
+    # === Float model <-> QAT model ===
+
+    @classmethod
+    def from_float(cls, model, **kwargs):
+        """The QAT twin of a float `BertClassifier` or `BertTokenClassifier`, with its
+        weights copied.
+
+        Args:
+            model: the float task model (a `BertTokenClassifier(use_crf=True)` maps its
+                emission network; the transitions stay in the float model).
+            **kwargs: `QatBert` arguments (`quantize`, `weight_quantization`, `decay`, ...).
+        """
+        if isinstance(model, BertClassifier):
+            head, num_outputs = "classification", model.num_classes
+        elif isinstance(model, BertTokenClassifier):
+            head, num_outputs = "token_classification", model.num_labels
+        else:
+            raise ValueError(
+                "QatBert.from_float maps a BertClassifier or a BertTokenClassifier. "
+                f"Received: model={type(model).__name__}"
+            )
+        backbone = model.backbone
+        _check_mappable(model, backbone)
+        qat = cls(
+            vocabulary_size=backbone.vocabulary_size, num_layers=backbone.num_layers,
+            num_heads=backbone.num_heads, hidden_dim=backbone.hidden_dim,
+            intermediate_dim=backbone.intermediate_dim, num_outputs=num_outputs, head=head,
+            max_sequence_length=backbone.max_sequence_length,
+            num_segments=backbone.num_segments, dropout=backbone.dropout,
+            activation=backbone.activation, layer_norm_epsilon=backbone.layer_norm_epsilon,
+            output_dropout=model.dropout, **kwargs,
+        )
+        for (target, value) in _weight_pairs(qat, model):
+            target.assign(_to_qat_layout(target, value))
+        return qat
+
+    def to_float(self, model=None):
+        """Writes this model's (QAT-trained) weights into a float task model.
+
+        Args:
+            model: optional float `BertClassifier` / `BertTokenClassifier` of the same
+                architecture to write into; by default a new one (fused Q/K/V) is built.
+
+        Returns:
+            The float model, whose logits equal this model's with `quantize=False`.
+        """
+        if model is None:
+            backbone = BertBackbone(
+                vocabulary_size=self.vocabulary_size, num_layers=self.num_layers,
+                num_heads=self.num_heads, hidden_dim=self.hidden_dim,
+                intermediate_dim=self.intermediate_dim,
+                max_sequence_length=self.max_sequence_length,
+                num_segments=self.num_segments, dropout=self.dropout,
+                activation=self.activation, layer_norm_epsilon=self.layer_norm_epsilon,
+            )
+            if self.head == "classification":
+                model = BertClassifier(backbone, self.num_outputs, dropout=self.output_dropout)
+            else:
+                model = BertTokenClassifier(backbone, self.num_outputs,
+                                            dropout=self.output_dropout)
+        expected = BertClassifier if self.head == "classification" else BertTokenClassifier
+        if not isinstance(model, expected):
+            raise ValueError(
+                f"A QatBert with head={self.head!r} writes into a {expected.__name__}. "
+                f"Received: model={type(model).__name__}"
+            )
+        _check_mappable(model, model.backbone)
+        for (source, target) in _weight_pairs(self, model):
+            if tuple(source.shape) != tuple(np.shape(_to_qat_layout(source, target))):
+                raise ValueError(
+                    f"Weight {target.path} has shape {tuple(target.shape)}, which does not "
+                    f"match {source.path} {tuple(source.shape)}: build the float model with "
+                    "the QAT model's sizes."
+                )
+            target.assign(np.reshape(ops.convert_to_numpy(source), _float_shape(target)))
+        return model
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "intermediate_dim": self.intermediate_dim,
+            "num_outputs": self.num_outputs,
+            "head": self.head,
+            "max_sequence_length": self.max_sequence_length,
+            "num_segments": self.num_segments,
+            "dropout": self.dropout,
+            "activation": self.activation,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "output_dropout": self.output_dropout,
+            "weight_quantization": self.weight_quantization,
+            "quantize": self.quantize,
+            "decay": self.decay,
+            "attention_mask_margin": self.attention_mask_margin,
+            "masked_score": self.masked_score,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def _check_mappable(model, backbone):
+    """Names the first layer of a float model that `from_float` cannot map."""
+    for layer in model.layers:
+        if layer is not backbone and layer.name not in _HEAD_LAYERS:
+            raise ValueError(
+                f"QatBert cannot map layer '{layer.name}' ({type(layer).__name__}) of "
+                f"{model.name}: only a BertBackbone, `output_dropout`, `logits` and `crf` "
+                "are known. Received: layer=" + layer.name
+            )
+    block_names = {f"transformer_layer_{i}" for i in range(backbone.num_layers)}
+    for layer in backbone.layers:
+        if layer.name in _BACKBONE_LAYERS:
+            continue
+        if layer.name not in block_names or getattr(layer, "norm_first", False):
+            raise ValueError(
+                f"QatBert cannot map layer '{layer.name}' ({type(layer).__name__}) of the "
+                "backbone: it re-expresses post-LN BERT encoder blocks only. "
+                f"Received: layer={layer.name}"
+            )
+    embeddings = backbone.get_layer("embeddings")
+    if embeddings.position_encoding != "learned" or embeddings.scale_token_embeddings:
+        raise ValueError(
+            "QatBert needs BERT's learned position table without token scaling. Received: "
+            f"position_encoding={embeddings.position_encoding!r}, "
+            f"scale_token_embeddings={embeddings.scale_token_embeddings}"
+        )
+
+
+def _weight_pairs(qat, model):
+    """(QAT variable, float variable or list of variables) for every weight."""
+    backbone = model.backbone
+    embeddings = backbone.get_layer("embeddings")
+    qat_embeddings = qat.get_layer("embeddings")
+    norm = backbone.get_layer("embeddings_layer_norm")
+    pairs = [
+        (qat_embeddings.token_embeddings, embeddings.token_embedding.embeddings),
+        (qat_embeddings.segment_embeddings, embeddings.segment_embedding.embeddings),
+        (qat_embeddings.position_embeddings, embeddings.position_embedding.embeddings),
+        (qat_embeddings.gamma, norm.gamma),
+        (qat_embeddings.beta, norm.beta),
+    ]
+    for i in range(backbone.num_layers):
+        block = backbone.get_layer(f"transformer_layer_{i}")
+        qat_block = qat.get_layer(f"transformer_layer_{i}")
+        attention = block.self_attention
+        if attention.fused_qkv:
+            qkv_kernel, qkv_bias = attention.qkv_kernel, attention.qkv_bias
+        else:
+            dense = (attention.query_dense, attention.key_dense, attention.value_dense)
+            qkv_kernel = [layer.kernel for layer in dense]
+            qkv_bias = [layer.bias for layer in dense]
+        ffn_in, ffn_out = block.feedforward_intermediate_dense, block.feedforward_output_dense
+        pairs += [
+            (qat_block.qkv_kernel, qkv_kernel),
+            (qat_block.qkv_bias, qkv_bias),
+            (qat_block.output_kernel, attention.output_dense.kernel),
+            (qat_block.output_bias, attention.output_dense.bias),
+            (qat_block.attention_gamma, block.self_attention_layer_norm.gamma),
+            (qat_block.attention_beta, block.self_attention_layer_norm.beta),
+            (qat_block.intermediate_kernel, ffn_in.kernel),
+            (qat_block.intermediate_bias, ffn_in.bias),
+            (qat_block.feedforward_output_kernel, ffn_out.kernel),
+            (qat_block.feedforward_output_bias, ffn_out.bias),
+            (qat_block.feedforward_gamma, block.feedforward_layer_norm.gamma),
+            (qat_block.feedforward_beta, block.feedforward_layer_norm.beta),
+        ]
+    if qat.head == "classification":
+        pooled = backbone.get_layer("pooled_dense")
+        pairs += [(qat.get_layer("pooled_dense").kernel, pooled.kernel),
+                  (qat.get_layer("pooled_dense").bias, pooled.bias)]
+    logits = model.get_layer("logits")
+    pairs += [(qat.get_layer("logits").kernel, logits.kernel),
+              (qat.get_layer("logits").bias, logits.bias)]
+    return pairs
+
+
+def _to_qat_layout(target, value):
+    """A float weight (or the unfused Q, K, V list) reshaped to the QAT variable's shape."""
+    if isinstance(value, list):
+        # Unfused (H, n, d) kernels / (n, d) biases: stack on a "3" axis like the fused one.
+        parts = [ops.convert_to_numpy(v) for v in value]
+        axis = 1 if parts[0].ndim == 3 else 0
+        value = np.stack(parts, axis=axis)
+    return np.reshape(ops.convert_to_numpy(value), tuple(target.shape))
+
+
+def _float_shape(target):
+    if isinstance(target, list):
+        raise ValueError(
+            "to_float writes into a fused-Q/K/V BertBackbone (fused_qkv=True); the target "
+            "model has separate query/key/value projections. Received: fused_qkv=False"
+        )
+    return tuple(target.shape)

@@ -1,0 +1,169 @@
+"""`QuantizedDense`: a dense layer with symmetric fake-int8 weights (per output channel or
+per tensor) run as the 1x1 convolution TFLite quantizes per channel."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attn.layers.validation import check_positive_int
+from keras_attn.quantization.activation_quantizer import ActivationQuantizer
+
+WEIGHT_QUANTIZATIONS = ("per_channel", "per_tensor")
+
+
+def check_weight_quantization(weight_quantization):
+    """Raises unless `weight_quantization` is one of `WEIGHT_QUANTIZATIONS`."""
+    if weight_quantization not in WEIGHT_QUANTIZATIONS:
+        raise ValueError(
+            f"`weight_quantization` must be one of {WEIGHT_QUANTIZATIONS}. "
+            f"Received: weight_quantization={weight_quantization!r}"
+        )
+
+
+def weight_bound(kernel, axis=None):
+    """`max|w|` of a weight (per tensor, or per slice along `axis`), at least 1e-8."""
+    reduce_axes = None if axis is None else [i for i in range(len(kernel.shape)) if i != axis]
+    return ops.maximum(ops.max(ops.abs(kernel), axis=reduce_axes), 1e-8)
+
+
+def frozen_bound(kernel, axis=None):
+    """`weight_bound` as a NumPy constant (for export: the TFLite converter turns a
+    FakeQuant into int8 scales only when its min/max fold to constants, and bounds read
+    from variables did not)."""
+    return np.asarray(ops.convert_to_numpy(weight_bound(kernel, axis)), "float32")
+
+
+def fake_quantize_weight(kernel, axis=None, bound=None):
+    """Symmetric int8 fake quantization of a weight: range `[-a, a]` with `a = max|w|`
+    (per tensor, or per slice along `axis`; `bound` gives `a` precomputed), 255 levels
+    (`narrow_range`), so the int8 zero point is 0 as TFLite requires for weights."""
+    if bound is None:
+        bound = weight_bound(kernel, axis)
+    return keras.quantizers.fake_quant_with_min_max_vars(
+        kernel, -bound, bound, num_bits=8, narrow_range=True, axis=axis
+    )
+
+
+def matmul_bound(kernel, weight_quantization):
+    """The frozen weight bound `quantized_matmul` uses for `kernel` `(in, out)`."""
+    return frozen_bound(kernel, axis=1 if weight_quantization == "per_channel" else None)
+
+
+def quantized_matmul(x, kernel, bias, quantize, weight_quantization, bound=None):
+    """`x @ kernel + bias` for 2-D `x` `(N, in)` and kernel `(in, out)`, with the kernel
+    fake-quantized.
+
+    Per-tensor weights run as a MatMul (TFLite FULLY_CONNECTED). Per-channel weights run
+    as a 1x1 convolution over a `(1, 1, N, in)` image: the TFLite converter rejects a
+    per-output-channel fake quant on a MatMul kernel ("mismatched quantized axes": TF
+    kernels are `[in, out]`, FULLY_CONNECTED's `[out, in]`), while Conv2D kernels
+    `[1, 1, in, out]` carry the output channel last, the axis both TF and TFLite quantize.
+    """
+    in_dim, out_dim = kernel.shape
+    if quantize and weight_quantization == "per_channel":
+        kernel = fake_quantize_weight(ops.reshape(kernel, (1, 1, in_dim, out_dim)), axis=3,
+                                      bound=bound)
+        image = ops.reshape(x, (1, 1, -1, in_dim))  # (1, 1, N, in)
+        y = ops.conv(image, kernel, strides=1, padding="valid")  # (1, 1, N, out)
+        y = ops.reshape(y, (-1, out_dim))  # (N, out)
+    else:
+        if quantize:
+            kernel = fake_quantize_weight(kernel, bound=bound)
+        y = ops.matmul(x, kernel)  # (N, out)
+    return ops.add(y, bias)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class QuantizedDense(keras.layers.Layer):
+    """Dense layer for quantization-aware training: int8 fake-quantized weights and output.
+
+        y = act(Q_a(W_q x + b)),  W_q = FakeQuant(W) (symmetric), Q_a = ActivationQuantizer
+
+    The input is expected to be quantized already (each tensor is quantized once, where it
+    is produced). With an activation, its output is quantized again by
+    `activation_quantizer`; the pre-activation by `output_quantizer`.
+
+    Args:
+        units: int, output size.
+        activation: optional Keras activation (e.g. `"tanh"`, BERT's pooler).
+        weight_quantization: `"per_channel"` (one scale per output unit) or
+            `"per_tensor"`. Defaults to `"per_channel"`.
+        quantize: bool; `False` runs the same graph in float. Defaults to `True`.
+        decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: `(..., in)` float tensor.
+        training: bool, updates the activation ranges.
+
+    Returns:
+        `(..., units)` tensor.
+
+    Example:
+    >>> layer = QuantizedDense(3)
+    >>> tuple(layer(np.ones((2, 4, 5), "float32"), training=True).shape)
+    (2, 4, 3)
+    """
+
+    def __init__(self, units, activation=None, weight_quantization="per_channel",
+                 quantize=True, decay=0.999, **kwargs):
+        check_positive_int("units", units)
+        check_weight_quantization(weight_quantization)
+        super().__init__(**kwargs)
+        self.units = units
+        self.activation = keras.activations.get(activation)
+        self.weight_quantization = weight_quantization
+        self.quantize = quantize
+        self.decay = decay
+        self.output_quantizer = ActivationQuantizer(
+            decay=decay, quantize=quantize, name="output_quantizer"
+        )
+        self.frozen_bounds = None
+        self.activation_quantizer = None
+        if activation is not None:
+            self.activation_quantizer = ActivationQuantizer(
+                decay=decay, quantize=quantize, name="activation_quantizer"
+            )
+
+    def build(self, inputs_shape):
+        in_dim = inputs_shape[-1]
+        self.kernel = self.add_weight(name="kernel", shape=(in_dim, self.units))
+        self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
+        out_shape = tuple(inputs_shape[:-1]) + (self.units,)
+        self.output_quantizer.build(out_shape)
+        if self.activation_quantizer is not None:
+            self.activation_quantizer.build(out_shape)
+        self.built = True
+
+    def call(self, inputs, training=None):
+        in_dim = self.kernel.shape[0]
+        leading = ops.shape(inputs)[:-1]
+        x = ops.reshape(inputs, (-1, in_dim))  # (N, in)
+        bound = self.frozen_bounds["kernel"] if self.frozen_bounds else None
+        y = quantized_matmul(x, self.kernel, self.bias, self.quantize,
+                             self.weight_quantization, bound)  # (N, units)
+        y = self.output_quantizer(y, training=training)
+        if self.activation_quantizer is not None:
+            y = self.activation_quantizer(self.activation(y), training=training)
+        return ops.reshape(y, tuple(leading) + (self.units,))  # (..., units)
+
+    def freeze_weight_ranges(self, frozen=True):
+        """Weight ranges as constants of the traced graph (export) or computed again."""
+        self.frozen_bounds = (
+            {"kernel": matmul_bound(self.kernel, self.weight_quantization)} if frozen else None
+        )
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape[:-1]) + (self.units,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            activation=keras.activations.serialize(self.activation)
+            if self.activation_quantizer is not None else None,
+            weight_quantization=self.weight_quantization,
+            quantize=self.quantize,
+            decay=self.decay,
+        )
+        return config

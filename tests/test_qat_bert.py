@@ -1,0 +1,129 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.quantization.qat_bert import QatBert
+
+# QatBert passes Keras variables to ops in ways JAX rejects; TensorFlow only for now.
+pytestmark = pytest.mark.tensorflow
+
+VOCAB, LENGTH = 60, 12
+
+
+def tiny_backbone(**kwargs):
+    return BertBackbone(vocabulary_size=VOCAB, num_layers=2, num_heads=2, hidden_dim=16,
+                        intermediate_dim=32, max_sequence_length=16, **kwargs)
+
+
+def batch(seed, size=4):
+    rng = np.random.default_rng(seed)
+    mask = np.ones((size, LENGTH), "int32")
+    for b, length in enumerate(rng.integers(2, LENGTH + 1, size)):
+        mask[b, length:] = 0
+    return {
+        "token_ids": (rng.integers(1, VOCAB, (size, LENGTH)) * mask).astype("int32"),
+        "segment_ids": (rng.random((size, LENGTH)) > 0.5).astype("int32"),
+        "padding_mask": mask,
+    }
+
+
+def numpy_logits(model, x):
+    return keras.ops.convert_to_numpy(model(x, training=False))
+
+
+@pytest.mark.parametrize("fused_qkv", [True, False])
+@pytest.mark.parametrize("head", ["classification", "token_classification"])
+def test_quantization_off_equals_float_model(head, fused_qkv):
+    backbone = tiny_backbone(fused_qkv=fused_qkv)
+    model = (BertClassifier(backbone, num_classes=3) if head == "classification"
+             else BertTokenClassifier(backbone, num_labels=5))
+    qat = QatBert.from_float(model, quantize=False)
+    x = batch(1)
+    assert x["padding_mask"].min() == 0  # padding is exercised
+    np.testing.assert_allclose(numpy_logits(qat, x), numpy_logits(model, x), atol=1e-5)
+
+
+def test_quantization_on_stays_within_quantization_error():
+    keras.utils.set_random_seed(0)
+    model = BertTokenClassifier(tiny_backbone(), num_labels=5)
+    # Trained-like scale: logits of order 1 (BERT's 0.02 init gives ~0.01 logits).
+    for layer in (model.get_layer("logits"),):
+        layer.kernel.assign(layer.kernel.numpy() * 50)
+    qat = QatBert.from_float(model)
+    qat.calibrate([batch(seed) for seed in range(2, 6)])
+    x = batch(1)
+    reference, quantized = numpy_logits(model, x), numpy_logits(qat, x)
+    real = x["padding_mask"].astype(bool)
+    error = np.abs(quantized - reference)[real]
+    spread = reference[real].max() - reference[real].min()
+    # 8-bit activations and weights through 2 blocks: a few quantization steps of the
+    # logit range, far from the float logits being ignored (error ~ spread).
+    assert error.max() < 0.1 * spread
+    assert (quantized.argmax(-1) == reference.argmax(-1))[real].mean() >= 0.9
+
+
+def test_weights_round_trip_exactly():
+    model = BertClassifier(tiny_backbone(), num_classes=3)
+    qat = QatBert.from_float(model)
+    back = qat.to_float()
+    for a, b in zip(model.get_weights(), back.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # Writing into an existing float model too.
+    other = BertClassifier(tiny_backbone(), num_classes=3)
+    qat.to_float(other)
+    for a, b in zip(model.get_weights(), other.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_crf_tagger_maps_its_emission_network():
+    tagger = BertTokenClassifier(tiny_backbone(), num_labels=4, use_crf=True)
+    qat = QatBert.from_float(tagger, quantize=False)
+    x = batch(3)
+    emissions = keras.ops.convert_to_numpy(
+        tagger({**x, "label_mask": x["padding_mask"]})["logits"])
+    np.testing.assert_allclose(numpy_logits(qat, x), emissions, atol=1e-5)
+
+
+def test_fit_updates_ranges_and_weights_and_save_load(tmp_path):
+    keras.utils.set_random_seed(1)
+    model = BertClassifier(tiny_backbone(), num_classes=3)
+    qat = QatBert.from_float(model)
+    assert qat.uncalibrated_quantizers()
+    qat.compile(keras.optimizers.Adam(1e-3),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = batch(4, size=8)
+    y = np.arange(8) % 3
+    kernel_before = qat.get_layer("logits").kernel.numpy().copy()
+    history = qat.fit(x, y, epochs=3, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert not qat.uncalibrated_quantizers()
+    assert not np.array_equal(qat.get_layer("logits").kernel.numpy(), kernel_before)
+    ranges = [(q.path, float(q.min_value.numpy()), float(q.max_value.numpy()))
+              for q in qat.activation_quantizers]
+    assert all(high > low for _, low, high in ranges)
+    path = str(tmp_path / "qat.keras")
+    qat.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(numpy_logits(loaded, x), numpy_logits(qat, x), atol=1e-6)
+    # The quantization switch keeps weights and ranges.
+    twin = qat.with_quantization(False)
+    np.testing.assert_allclose(numpy_logits(twin, x), numpy_logits(qat.to_float(), x),
+                               atol=1e-5)
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(ValueError, match="BertClassifier or a BertTokenClassifier"):
+        QatBert.from_float(tiny_backbone())
+    classifier = BertClassifier(tiny_backbone(), num_classes=2)
+    tagger = BertTokenClassifier(tiny_backbone(), num_labels=2)
+    with pytest.raises(ValueError, match="writes into a BertClassifier"):
+        QatBert.from_float(classifier).to_float(tagger)
+    with pytest.raises(ValueError, match="head"):
+        QatBert(VOCAB, 1, 2, 16, 32, num_outputs=2, head="regression")
+    with pytest.raises(ValueError, match="weight_quantization"):
+        QatBert.from_float(classifier, weight_quantization="per_row")
+    with pytest.raises(ValueError, match="at least one batch"):
+        QatBert.from_float(classifier).calibrate([])

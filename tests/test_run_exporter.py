@@ -1,0 +1,241 @@
+"""`keras-attn export` end to end on tiny trained runs: every artifact is written, agrees
+with the Keras float model within the stated tolerances, and the side files are what the
+app and serving read. One export per task (module fixtures); the checks read its report."""
+
+import json
+import os
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.export.run_exporter import ExportError
+from keras_attn.export.run_exporter import ExportOptions
+from keras_attn.export.run_exporter import export_run
+from keras_attn.text.ner import repair_iob2
+from keras_attn.training.config import TrainingConfig
+from keras_attn.training.trainer import Trainer
+from tests.test_trainer import config_dict
+from tests.test_trainer import write_data
+
+pytestmark = pytest.mark.tensorflow
+
+FLOAT_TOLERANCE = 1e-4  # fp32 TFLite / ONNX / SavedModel vs Keras, max |Δlogit|
+ARTIFACT_FILES = ("model_fp32.tflite", "model_fp16.tflite", "model_dynamic_int8.tflite",
+                  "model_int8.tflite", "model_int8_ptq.tflite", "model_text.tflite",
+                  "model.onnx", "model_dynamic_int8.onnx", "saved_model/saved_model.pb",
+                  "vocab.txt", "labels.txt", "model_card.json", "golden_vectors.jsonl",
+                  "export_report.json", "export_report.md", "qat/model.keras")
+TAGS = {"paris": "B-LOC", "rome": "B-LOC", "new": "B-LOC", "york": "I-LOC",
+        "anna": "B-PER", "marco": "B-PER", "smith": "I-PER"}
+FILLER = ["the", "film", "was", "in", "a", "story", "good", "bad", "plot", "very"]
+
+
+def options(**overrides):
+    values = dict(qat_epochs=1, latency_runs=3, latency_threads=(1,), golden_examples=8)
+    values.update(overrides)
+    return ExportOptions(**values)
+
+
+def train_run(directory, values):
+    Trainer(TrainingConfig.from_dict(values)).run()
+    return directory
+
+
+@pytest.fixture(scope="module")
+def classification(tmp_path_factory):
+    root = tmp_path_factory.mktemp("classification")
+    data = write_data(root / "data")
+    values = config_dict(data, root / "run", epochs=10, learning_rate=1e-2)
+    values["data"]["test"] = str(data / "dev.tsv")
+    run = train_run(root / "run", values)
+    logs = []
+    report = export_run(run, root / "export", options(), log=logs.append)
+    return run, root / "export", report, logs
+
+
+def write_conll(path, n, seed):
+    rng = np.random.default_rng(seed)
+    entities = [["paris"], ["rome"], ["new", "york"], ["anna"], ["marco", "smith"]]
+    lines = []
+    for _ in range(n):
+        words = list(rng.choice(FILLER, size=rng.integers(2, 6)))
+        words[int(rng.integers(0, len(words))):0] = entities[int(rng.integers(0, 5))]
+        lines += [f"{w} {TAGS.get(w, 'O')}" for w in words] + [""]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def ner(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ner")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER, *TAGS, "##s"]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    values = config_dict(root, root / "run", epochs=10, learning_rate=1e-2)
+    values.update(task="ner")
+    values["data"] = {"train": write_conll(root / "train.txt", 96, 0),
+                      "dev": write_conll(root / "dev.txt", 24, 1),
+                      "test": write_conll(root / "test.txt", 24, 2), "max_length": 16}
+    values["model"]["vocabulary"] = str(root / "vocab.txt")
+    run = train_run(root / "run", values)
+    report = export_run(run, root / "export", options(qat_epochs=0))
+    return run, root / "export", report
+
+
+def rows(report):
+    return {row["artifact"]: row for row in report["artifacts"]}
+
+
+@pytest.mark.parametrize("fixture", ["classification", "ner"])
+def test_every_artifact_is_written(request, fixture):
+    export_dir = request.getfixturevalue(fixture)[1]
+    for name in ARTIFACT_FILES:
+        assert (export_dir / name).is_file(), name
+
+
+@pytest.mark.parametrize("fixture", ["classification", "ner"])
+def test_float_artifacts_equal_keras(request, fixture):
+    report = request.getfixturevalue(fixture)[2]
+    table = rows(report)
+    reference = table["model.keras (float, Keras)"]["metric"]
+    for name in ("model_fp32.tflite", "model.onnx", "saved_model/ (predict_ids)"):
+        assert table[name]["max_abs_logit_diff"] <= FLOAT_TOLERANCE, name
+        assert table[name]["agreement"] == 1.0, name
+        assert table[name]["metric"] == reference, name
+
+
+@pytest.mark.parametrize("fixture", ["classification", "ner"])
+def test_quantized_artifacts_keep_the_task_metric_and_stay_integer(request, fixture):
+    report = request.getfixturevalue(fixture)[2]
+    table = rows(report)
+    reference = table["model.keras (float, Keras)"]["metric"]
+    assert reference >= 0.9  # the tiny runs learned their toy tasks
+    for name in ("model_fp16.tflite", "model_dynamic_int8.tflite", "model_int8.tflite",
+                 "model_int8_ptq.tflite", "model_dynamic_int8.onnx"):
+        assert table[name]["metric"] >= reference - 0.1, name
+        assert table[name]["agreement"] >= 0.9, name
+    # Full integer: only the boundary ops see float (ids in, dequantized logits out).
+    int8 = table["model_int8.tflite"]
+    assert set(int8["non_int8_ops"]) <= {"DEQUANTIZE", "QUANTIZE"}, int8["non_int8_ops"]
+    assert not any(op.startswith("Flex") for op in int8["ops"])
+    for row in report["artifacts"]:
+        for latency in row.get("latency", []):
+            assert 0 < latency["p50_ms"] <= latency["p90_ms"]
+
+
+def test_report_markdown_lists_every_artifact(classification):
+    _, export_dir, report, _ = classification
+    markdown = (export_dir / "export_report.md").read_text()
+    for row in report["artifacts"]:
+        assert f"`{row['artifact']}`" in markdown
+    assert "## Ops of `model_int8.tflite` that are not int8" in markdown
+    assert json.loads((export_dir / "export_report.json").read_text()) == report
+
+
+def test_model_card_describes_inputs_tokenizer_and_labels(classification, ner):
+    for run, export_dir, *_ in (classification, ner):
+        card = json.loads((export_dir / "model_card.json").read_text())
+        assert card["labels"] == (run / "labels.txt").read_text().split()
+        assert card["sequence_length"] == 16
+        assert [i["shape"] for i in card["inputs"]] == [[1, 16]] * 3
+        vocab = (export_dir / "vocab.txt").read_text().splitlines()
+        assert card["tokenizer"]["vocabulary_size"] == len(vocab)
+        assert vocab[card["tokenizer"]["cls_token_id"]] == "[CLS]"
+        assert card["metrics"]["model_int8.tflite"] is not None
+
+
+def test_golden_vectors_reproduce_the_keras_model(classification):
+    run, export_dir, *_ = classification
+    from keras_attn.text.hard_cases import HARD_CASES
+
+    records = [json.loads(line) for line in
+               (export_dir / "golden_vectors.jsonl").read_text().splitlines()]
+    assert len(records) == len(HARD_CASES) + 8
+    model = keras.models.load_model(run / "model.keras")
+    labels = (run / "labels.txt").read_text().split()
+    for record in records[-8:]:
+        ids = np.array(record["token_ids"])[None]
+        logits = keras.ops.convert_to_numpy(model(
+            {"token_ids": ids, "segment_ids": np.zeros_like(ids),
+             "padding_mask": np.ones_like(ids)}))[0]
+        np.testing.assert_allclose(record["logits"], logits, atol=1e-4)
+        assert record["label"] == labels[int(np.argmax(logits))]
+        assert abs(sum(record["probabilities"]) - 1) < 1e-5
+        # Offsets point into the text at the pieces' sources.
+        for start, end in zip(record["piece_starts"], record["piece_ends"]):
+            assert 0 <= start <= end <= len(record["text"])
+
+
+def test_ner_golden_vectors_decode_to_their_entities(ner):
+    _, export_dir, _ = ner
+    records = [json.loads(line) for line in
+               (export_dir / "golden_vectors.jsonl").read_text().splitlines()]
+    with_entities = [r for r in records if r["entities"]]
+    assert len(with_entities) >= 8  # the data sentences all hold an entity
+    labels = (export_dir / "labels.txt").read_text().split()
+    for record in with_entities:
+        # First-piece argmax of the stored logits, IOB2-repaired, gives the stored word tags.
+        logits, word_ids = np.array(record["logits"]), record["word_ids"]
+        first = {}
+        for position, word in enumerate(word_ids):
+            if word >= 0 and word not in first:
+                first[word] = labels[int(np.argmax(logits[position]))]
+        tags, _ = repair_iob2([first.get(i, "O") for i in range(len(record["words"]))])
+        assert tags == record["word_tags"]
+        for entity in record["entities"]:
+            assert record["text"][entity["start_char"]:entity["end_char"]] == entity["text"]
+
+
+def test_running_again_reuses_the_artifacts(classification):
+    run, export_dir, _, _ = classification
+    before = {name: os.path.getmtime(export_dir / name) for name in ARTIFACT_FILES
+              if name.endswith((".tflite", ".onnx"))}
+    logs = []
+    export_run(run, export_dir, options(), log=logs.append)
+    after = {name: os.path.getmtime(export_dir / name) for name in before}
+    assert before == after
+    assert not any(line.startswith(("TFLite", "ONNX", "quantization-aware")) for line in logs)
+
+
+def test_missing_run_files_and_bad_options_are_clear_errors(tmp_path, classification):
+    with pytest.raises(ExportError, match=r"model\.keras is missing: RUN_DIR must be"):
+        export_run(tmp_path, tmp_path / "export")
+    run = classification[0]
+    with pytest.raises(ExportError, match="sequence_length=64 exceeds the model's "
+                                          "max_sequence_length=16"):
+        export_run(run, tmp_path / "export", options(sequence_length=64))
+    with pytest.raises(ValueError, match="`eval_split` must be 'auto', 'dev' or 'test'"):
+        options(eval_split="train").check()
+    with pytest.raises(ValueError, match="`latency_threads` must be positive integers"):
+        options(latency_threads=(0,)).check()
+
+
+def test_cli_exports_and_reports_errors(tmp_path, classification, capsys):
+    from keras_attn.cli import main
+
+    assert main(["export", str(tmp_path / "nothing")]) == 2
+    assert "keras-attn export: error:" in capsys.readouterr().err
+    run, export_dir, _, _ = classification
+    code = main(["export", str(run), "--output-dir", str(export_dir), "--latency-runs", "2",
+                 "--latency-threads", "1", "--golden-examples", "8"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "model_int8.tflite" in out and str(pathlib.Path(export_dir) / "export_report.md") in out
+
+
+def test_export_results_script_checks_the_targets(classification):
+    import importlib.util
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "export" / "run_export_results.py"
+    spec = importlib.util.spec_from_file_location("run_export_results", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = classification[2]
+    checks = {label: (met, measured) for label, met, measured in
+              module.target_checks(report, 0.005)}
+    assert len(checks) == 7
+    assert checks["model_fp32.tflite: max |Δlogit| <= 1e-4, agreement >= 99.9 %"][0]
+    table = rows(report)
+    ratio = table["model_int8.tflite"]["size_bytes"] / table["model_fp32.tflite"]["size_bytes"]
+    assert checks["int8 size <= 27 % of fp32"] == (ratio <= 0.27, f"{100 * ratio:.1f} %")

@@ -1,0 +1,114 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.export.tflite_export import TFLITE_VARIANTS
+from keras_attn.export.tflite_export import export_tflite
+from keras_attn.export.tflite_export import run_tflite
+from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.quantization.qat_bert import QatBert
+
+pytestmark = pytest.mark.tensorflow  # TFLite / SavedModel / tf-text: TensorFlow only
+
+VOCAB, LENGTH = 60, 16
+# The full-int8 model's only float op: the DEQUANTIZE of the logits (apps get float
+# logits). Everything else, LayerNorm internals and the embeddings included, is int8.
+ALLOWED_FLOAT_OPS_IN_INT8 = {"DEQUANTIZE"}
+
+
+def batch(seed, size=4):
+    rng = np.random.default_rng(seed)
+    mask = np.ones((size, LENGTH), "int32")
+    for b, length in enumerate(rng.integers(3, LENGTH + 1, size)):
+        mask[b, length:] = 0
+    return {
+        "token_ids": (rng.integers(1, VOCAB, (size, LENGTH)) * mask).astype("int32"),
+        "segment_ids": np.zeros((size, LENGTH), "int32"),
+        "padding_mask": mask,
+    }
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    backbone = BertBackbone(vocabulary_size=VOCAB, num_layers=2, num_heads=2, hidden_dim=16,
+                            intermediate_dim=32, max_sequence_length=LENGTH)
+    model = BertClassifier(backbone, num_classes=3)
+    logits = model.get_layer("logits")
+    logits.kernel.assign(logits.kernel.numpy() * 50)  # trained-like logit scale
+    qat = QatBert.from_float(model)
+    qat.calibrate([batch(seed) for seed in range(10, 14)])
+    out = tmp_path_factory.mktemp("tflite")
+    results = export_tflite(qat, str(out), sequence_length=LENGTH,
+                            representative_data=[batch(seed) for seed in range(10, 14)])
+    return model, qat, results
+
+
+def test_every_variant_converts_with_a_static_signature(exported):
+    _, _, results = exported
+    assert set(results) == set(TFLITE_VARIANTS)
+    for variant, result in results.items():
+        assert result["input_shapes"] == [[1, LENGTH]] * 3, variant
+        assert result["input_types"] == ["INT32"] * 3, variant
+        assert result["output_types"] == ["FLOAT32"], variant
+        assert result["custom_ops"] == [], variant
+        assert not {"SHAPE", "PACK", "REDUCE_PROD"} & set(result["ops"]), variant
+
+
+def test_fp32_matches_keras(exported):
+    model, _, results = exported
+    x = batch(1, size=6)
+    reference = keras.ops.convert_to_numpy(model(x))
+    for variant, tolerance in (("fp32", 1e-4), ("fp16", 5e-2), ("dynamic_int8", 0.5)):
+        out = run_tflite(results[variant]["path"], x)
+        assert np.abs(out - reference).max() <= tolerance, variant
+
+
+def test_int8_is_integer_only_and_agrees_with_the_qat_model(exported):
+    _, qat, results = exported
+    report = results["int8"]
+    assert set(report["non_int8_ops"]) == ALLOWED_FLOAT_OPS_IN_INT8
+    assert report["non_int8_ops"]["DEQUANTIZE"] == 1
+    assert set(results["int8_ptq"]["non_int8_ops"]) == ALLOWED_FLOAT_OPS_IN_INT8
+    # The LayerNorm internals are fake-quantized too: without that (converter-calibrated
+    # ranges) the agreement on this model was 0.88.
+    assert int8_agreement(qat, report["path"]) >= 0.99
+
+
+def int8_agreement(qat, path):
+    x = batch(2, size=100)
+    out = run_tflite(path, x)
+    fake_quant = keras.ops.convert_to_numpy(qat(x))
+    return (out.argmax(-1) == fake_quant.argmax(-1)).mean()
+
+
+def test_op_report_reads_bytes_and_counts_ops(exported):
+    _, _, results = exported
+    path = results["fp32"]["path"]
+    with open(path, "rb") as f:
+        report = tflite_op_report(f.read())
+    assert report["ops"] == results["fp32"]["ops"]
+    # 2 blocks x (QKV, output, FF1, FF2) + pooler + logits, all FULLY_CONNECTED.
+    assert report["ops"]["FULLY_CONNECTED"] == 10
+    assert report["ops"]["BATCH_MATMUL"] == 4
+    assert results["int8"]["ops"]["CONV_2D"] == 10  # per-channel int8 weights
+
+
+def test_errors(exported, tmp_path):
+    model, qat, _ = exported
+    with pytest.raises(ValueError, match="sequence_length"):
+        export_tflite(model, str(tmp_path), variants=["fp32"], sequence_length=LENGTH + 1)
+    with pytest.raises(ValueError, match="representative_data"):
+        export_tflite(model, str(tmp_path), variants=["int8_ptq"], sequence_length=LENGTH)
+    with pytest.raises(ValueError, match="int8_ptq"):
+        export_tflite(model, str(tmp_path), variants=["int8"], sequence_length=LENGTH)
+    with pytest.raises(ValueError, match="variants"):
+        export_tflite(model, str(tmp_path), variants=["int4"], sequence_length=LENGTH)
+    with pytest.raises(ValueError, match="calibrate"):
+        export_tflite(QatBert.from_float(model), str(tmp_path), variants=["int8"],
+                      sequence_length=LENGTH, representative_data=[batch(0)])
+    with pytest.raises(ValueError, match=r"shape \(B, 16\)"):
+        export_tflite(qat, str(tmp_path), variants=["int8"], sequence_length=LENGTH,
+                      representative_data=[batch(0) | {"token_ids": np.zeros((1, 5))}])
