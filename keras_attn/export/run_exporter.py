@@ -202,20 +202,8 @@ class RunExporter:
 
     def _score(self, outputs):
         if self.use_crf:  # the CRF transitions decode emissions outside the network
-            from keras_attn.layers.crf import viterbi_decode
-
-            crf = self.model.get_layer("crf")
-            scored = []
-            for example, emissions in zip(self.examples, outputs):
-                mask = np.zeros(len(emissions), bool)
-                word_ids = example["word_ids"]
-                mask[: len(word_ids)] = (word_ids >= 0) & np.r_[True, word_ids[1:] !=
-                                                               word_ids[:-1]]
-                tags = viterbi_decode(emissions[None], crf.transitions,
-                                      crf.start_transitions, crf.end_transitions,
-                                      mask=mask[None])
-                scored.append({"tags": keras.ops.convert_to_numpy(tags)[0]})
-            outputs = scored
+            outputs = [{"tags": self._crf_tags(emissions[None], example["word_ids"][None])[0]}
+                       for example, emissions in zip(self.examples, outputs)]
         return self.task.score(self.examples, outputs)
 
     def _compare(self, outputs, reference):
@@ -494,7 +482,7 @@ class RunExporter:
                                                               for s in split])
         logits = np.asarray(predict(x), "float64").round(5)
         if self.use_crf:
-            scores = self._score_rows(logits, word_ids)
+            scores = self._crf_tags(logits, word_ids)
         records = []
         for row, (text, words) in enumerate(zip(texts, split)):
             n = int(x["padding_mask"][row].sum())
@@ -516,14 +504,16 @@ class RunExporter:
             })
         return records
 
-    def _score_rows(self, logits, word_ids):
+    def _crf_tags(self, logits, word_ids):
+        """Viterbi tags of `(B, S, C)` emissions over each word's first piece, with the float
+        model's CRF weights."""
         from keras_attn.layers.crf import viterbi_decode
+        from keras_attn.text.ner import first_piece_mask
 
         crf = self.model.get_layer("crf")
-        previous = np.concatenate([np.full((len(word_ids), 1), -1), word_ids[:, :-1]], 1)
-        mask = (word_ids >= 0) & (word_ids != previous)
-        tags = viterbi_decode(logits.astype("float32"), crf.transitions,
-                              crf.start_transitions, crf.end_transitions, mask=mask)
+        tags = viterbi_decode(np.asarray(logits, "float32"), crf.transitions,
+                              crf.start_transitions, crf.end_transitions,
+                              mask=first_piece_mask(word_ids))
         return keras.ops.convert_to_numpy(tags)
 
     # --- the run ------------------------------------------------------------------------

@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -61,10 +62,12 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 
 from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.layers.crf import viterbi_decode
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_spans
+from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.ner import repair_iob2
 from keras_attn.text.tokenizer import WordPieceTokenizer
 
@@ -370,14 +373,9 @@ def decode_text_entities(outputs, text, label_vocabulary, crf=None):
         )
     predictions = logits
     if crf is not None:
-        previous = np.concatenate([np.full((1, 1), -1), word_ids[:, :-1]], axis=1)
-        first = np.flatnonzero((word_ids[0] >= 0) & (word_ids[0] != previous[0]))  # (n,)
-        predictions = np.zeros(word_ids.shape, np.int32)  # (1, L)
-        if len(first):
-            predictions[0, first] = _viterbi(
-                logits[0, first], *(np.asarray(weight, np.float32) for weight in (
-                    crf.transitions, crf.start_transitions, crf.end_transitions))
-            )
+        predictions = keras.ops.convert_to_numpy(viterbi_decode(
+            np.asarray(logits, np.float32), crf.transitions, crf.start_transitions,
+            crf.end_transitions, mask=first_piece_mask(word_ids)))  # (1, L)
     tags, _ = decode_word_labels(predictions, word_ids, [num_words], label_vocabulary)
     tags, repairs = repair_iob2(tags[0])
     word_starts = np.asarray(outputs["word_start"]).reshape(-1)  # (L,)
@@ -394,22 +392,6 @@ def decode_text_entities(outputs, text, label_vocabulary, crf=None):
         "num_truncated_words": int(np.asarray(outputs["num_truncated_words"]).reshape(-1)[0]),
         "num_repairs": repairs,
     }
-
-
-def _viterbi(emissions, transitions, start, end):
-    """The best tag path of a linear-chain CRF over `(n, C)` emissions (float32, as the
-    model's `CRF` decodes; ties go to the lowest tag):
-    delta_1 = start + E_1, delta_i[j] = max_k(delta_{i-1}[k] + A[k, j]) + E_i[j]."""
-    delta = start + emissions[0]  # (C,)
-    backpointers = []
-    for emission in emissions[1:]:
-        candidates = delta[:, None] + transitions  # (C, C) previous tag x next tag
-        backpointers.append(candidates.argmax(axis=0))  # (C,)
-        delta = candidates.max(axis=0) + emission  # (C,)
-    path = [int((delta + end).argmax())]
-    for backpointer in reversed(backpointers):
-        path.append(int(backpointer[path[-1]]))
-    return path[::-1]
 
 
 def _convert_main(saved_model_dir, output_path):

@@ -17,6 +17,7 @@ import tensorflow as tf
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_spans
+from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.ner import repair_iob2
 from keras_attn.text.word_splitter import split_words
 
@@ -59,8 +60,7 @@ def ner_model_inputs(tokenizer, word_lists, use_crf=False):
         ),
     }
     if use_crf:
-        previous = np.concatenate([np.full((len(word_ids), 1), -1), word_ids[:, :-1]], axis=1)
-        inputs["label_mask"] = ((word_ids >= 0) & (word_ids != previous)).astype("int32")
+        inputs["label_mask"] = first_piece_mask(word_ids).astype("int32")
     return inputs, word_ids, aligned["num_truncated_words"].numpy()
 
 

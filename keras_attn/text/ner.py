@@ -183,6 +183,25 @@ def align_word_labels(
 # Decoding
 
 
+def first_piece_mask(word_ids):
+    """True at the first word piece of each word: where the word's tag is predicted.
+
+    Args:
+        word_ids: `(B, S)` int array, the word index of each piece, `-1` for specials and
+            padding (the `word_ids` of `align_word_labels`, padded with -1).
+
+    Returns:
+        bool numpy array `(B, S)`.
+
+    Example:
+    >>> first_piece_mask([[-1, 0, 0, 1, -1]]).astype(int).tolist()
+    [[0, 1, 0, 1, 0]]
+    """
+    word_ids = np.asarray(word_ids)
+    previous = np.concatenate([np.full((len(word_ids), 1), -1), word_ids[:, :-1]], axis=1)
+    return (word_ids >= 0) & (word_ids != previous)
+
+
 def decode_word_labels(predictions, word_ids, num_words, label_vocabulary=None, fill_label="O"):
     """Word-level tags from subword predictions: each word takes its first subword's prediction.
 

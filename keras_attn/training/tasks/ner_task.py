@@ -12,6 +12,7 @@ from keras_attn.text.ner import IGNORE_LABEL
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_scores
+from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
@@ -102,11 +103,8 @@ class NerTask(BertTask):
         labels = pad_stack([e["labels"] for e in examples], length, IGNORE_LABEL)
         # The first piece of each word is where its tag is predicted (labels are not known
         # at inference, so this comes from the word ids).
-        first_piece = np.zeros_like(labels)
-        for row, example in enumerate(examples):
-            word_ids = example["word_ids"][:length]
-            starts = np.flatnonzero((word_ids >= 0) & np.r_[True, word_ids[1:] != word_ids[:-1]])
-            first_piece[row, starts] = 1
+        word_ids = pad_stack([e["word_ids"][:length] for e in examples], length, -1)
+        first_piece = first_piece_mask(word_ids).astype(labels.dtype)
         if self.config.model.use_crf:
             x["label_mask"] = first_piece
             weights = np.ones(len(examples), "float32")  # per sentence: the CRF NLL
