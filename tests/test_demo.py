@@ -1,62 +1,109 @@
+"""`keras-attn demo`: the embedded sample data and the fine-tune -> export -> summary pipeline.
+
+The pipeline test runs a from-scratch tiny BERT (the real demo fine-tunes MiniLM; its numbers
+are in the README) so it stays fast; the data checks read the embedded files themselves.
+"""
+
 import json
 
-import numpy as np
 import pytest
 
-from keras_attn import cli
-from keras_attn.demo import FIRST_DIGIT
-from keras_attn.demo import SEP
-from keras_attn.demo import build_model
-from keras_attn.demo import greedy_decode
-from keras_attn.demo import make_reversal_data
-from keras_attn.demo import recompute_logits
-from keras_attn.demo import run_demo
+from keras_attn import demo
+from keras_attn.export.run_exporter import ExportOptions
+from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.conll_reader import ConllReader
+
+pytestmark = pytest.mark.tensorflow
 
 
-def test_reversal_data_layout():
-    inputs, targets, weights = make_reversal_data(5, 3, seed=0)
-    assert inputs.shape == targets.shape == weights.shape == (5, 6)
-    digits = inputs[:, :3]
-    assert np.all(inputs[:, 3] == SEP)
-    np.testing.assert_array_equal(targets[:, 3:], digits[:, ::-1])
-    np.testing.assert_array_equal(targets[:, :-1], inputs[:, 1:])
-    np.testing.assert_array_equal(weights, [[0, 0, 0, 1, 1, 1]] * 5)
-    assert digits.min() >= FIRST_DIGIT
+def _sentiment(split):
+    return list(ClassificationReader(demo.SAMPLE_DATA / f"sentiment_{split}.tsv",
+                                     text_column="sentence", label_column="label"))
 
 
-def test_cached_greedy_decoding_equals_full_recomputation():
-    model = build_model(num_digits=3, hidden_dim=16, num_heads=2, num_layers=2)
-    inputs, _, _ = make_reversal_data(4, 3, seed=1)
-    prompts = inputs[:, :4]
-    generated, cached_logits = greedy_decode(model, prompts, 3)
-    assert generated.shape == (4, 3)
-    np.testing.assert_allclose(cached_logits, recompute_logits(model, prompts, generated),
-                               atol=1e-4)
-    np.testing.assert_array_equal(generated, cached_logits.argmax(-1))
+def _entities(split):
+    return list(ConllReader(demo.SAMPLE_DATA / f"entities_{split}.txt"))
 
 
-def test_short_demo_run_writes_its_summary(tmp_path):
-    summary = run_demo(tmp_path, num_digits=3, train_examples=256, epochs=1)
+def test_sample_sentiment_data_is_balanced_and_dev_is_unseen():
+    train, dev = _sentiment("train"), _sentiment("dev")
+    assert (len(train), len(dev)) == (106, 34)
+    for rows in (train, dev):
+        labels = [row.label for row in rows]
+        assert labels.count("positive") == labels.count("negative")
+    assert not {row.text for row in train} & {row.text for row in dev}
+
+
+def test_sample_entity_data_covers_every_type_and_dev_names_are_unseen():
+    train, dev = _entities("train"), _entities("dev")
+    assert (len(train), len(dev)) == (200, 60)
+
+    def names(sentences):
+        found = {}
+        for sentence in sentences:
+            words = []
+            for token, tag in zip(sentence.tokens, sentence.tags):
+                if tag.startswith("B-"):
+                    words = [token]
+                    found.setdefault(tag[2:], set()).add(token)
+                elif tag.startswith("I-"):
+                    assert words, f"I- tag without B- in {sentence.tokens}"
+        return found
+
+    train_names, dev_names = names(train), names(dev)
+    assert set(train_names) == set(dev_names) == {"PER", "ORG", "LOC", "MISC"}
+    for kind in train_names:
+        assert not train_names[kind] & dev_names[kind], kind
+
+
+def test_demo_config_points_at_the_embedded_data(tmp_path):
+    config = demo.demo_config("entities", tmp_path)
+    assert config.task == "ner"
+    assert config.model.checkpoint == "minilm"
+    assert config.data.train == str(demo.SAMPLE_DATA / "entities_train.txt")
+    assert config.output_dir == str(tmp_path / "entities" / "run")
+    with pytest.raises(ValueError, match="unknown demo task 'sentiments'"):
+        demo.demo_config("sentiments", tmp_path)
+
+
+def test_bad_options_fail_before_any_training(tmp_path):
+    with pytest.raises(ValueError, match="Received: qat_epochs=-1"):
+        demo.run_demo(tmp_path, export_options=ExportOptions(qat_epochs=-1))
+    with pytest.raises(ValueError, match="unknown demo task 'sentences'"):
+        demo.run_demo(tmp_path, tasks=("sentiment", "sentences"))
+    assert not (tmp_path / "sentiment").exists()
+
+
+def test_demo_pipeline_writes_the_summary_and_reuses_finished_steps(tmp_path, monkeypatch):
+    options = ExportOptions(qat_epochs=0, latency_runs=2, latency_threads=(1,),
+                            golden_examples=4, calibration_examples=8)
+    lines = []
+    summary = demo.run_demo(tmp_path, model={"preset": "bert_tiny"}, epochs=1,
+                            export_options=options, log=lines.append)
+    assert set(summary["tasks"]) == {"sentiment", "entities"}
+    for name, metric in (("sentiment", "accuracy"), ("entities", "f1")):
+        task = summary["tasks"][name]
+        assert task["metric"] == metric and len(task["dev_by_epoch"]) == 1
+        report = json.loads((tmp_path / name / "export" / "export_report.json").read_text())
+        assert [row["artifact"] for row in task["artifacts"]] == [
+            row["artifact"] for row in report["artifacts"]]
+        int8 = next(row for row in task["artifacts"] if row["artifact"] == "model_int8.tflite")
+        assert int8["p50_ms_1_thread"] > 0 and int8["size_bytes"] > 0
+        assert [e["text"] for e in task["examples"]] == demo.DEMO_TASKS[name]["examples"]
     written = json.loads((tmp_path / "summary.json").read_text())
-    assert written["exact_match_after_training"] == summary["exact_match_after_training"]
-    assert summary["kv_cache_vs_full_max_abs_logit_difference"] < 1e-4
-    assert 0.0 <= summary["mirror_attention"]["mean_probability"] <= 1.0
-    for key in ("model", "attention_png", "position_encoding_png"):
-        assert (tmp_path / summary["files"][key].split("/")[-1]).exists()
+    assert written["tasks"].keys() == summary["tasks"].keys()
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "| model_int8.tflite |" in markdown and "## entities (ner)" in markdown
+    assert any(line.startswith("[4/4] entities: export") for line in lines)
 
+    # A second run must not train or export again.
+    def fail(*args, **kwargs):
+        raise AssertionError("a finished step ran again")
 
-@pytest.mark.slow
-def test_default_demo_learns_to_reverse(tmp_path, capsys):
-    assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["exact_match_after_training"] >= 0.95
-    assert summary["mirror_attention"]["mean_probability"] >= 0.8
-    assert "exact match, 1000 unseen strings" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("argument", ["--digits=0", "--epochs=-1", "--examples=many"])
-def test_cli_rejects_bad_numbers(argument, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["demo", argument])
-    assert exit_info.value.code == 2
-    assert "expected a positive integer" in capsys.readouterr().err
+    monkeypatch.setattr("keras_attn.training.trainer.train", fail)
+    monkeypatch.setattr("keras_attn.export.run_exporter.export_run", fail)
+    lines.clear()
+    again = demo.run_demo(tmp_path, model={"preset": "bert_tiny"}, epochs=1,
+                          export_options=options, log=lines.append)
+    assert sum("reusing" in line for line in lines) == 4
+    assert again["tasks"]["sentiment"]["artifacts"] == summary["tasks"]["sentiment"]["artifacts"]

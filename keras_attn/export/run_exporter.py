@@ -216,9 +216,20 @@ class RunExporter:
         return {"agreement": agree / total, "max_abs_logit_diff": delta}
 
     def _keras_predict(self, model):
+        """`x -> numpy logits` of `model`. A CRF tagger gives its emissions (`logits`; the
+        tags are decoded outside the network), and its `label_mask` input, which only the
+        tags read, is filled with the padding mask."""
         import tensorflow as tf
 
-        function = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+        crf = isinstance(model.output, dict)
+
+        def call(x):
+            if crf and "label_mask" not in x:
+                x = dict(x, label_mask=x["padding_mask"])
+            outputs = model(x, training=False)
+            return outputs["logits"] if crf else outputs
+
+        function = tf.function(call, reduce_retracing=True)
         return lambda x: keras.ops.convert_to_numpy(function(x))
 
     # --- steps --------------------------------------------------------------------------
@@ -294,8 +305,8 @@ class RunExporter:
         path = self.output_dir / "model.onnx"
         if not path.is_file():
             self.log("ONNX (opset 17, dynamic batch and sequence)")
-            outputs = "logits" if self.use_crf else None
-            export_onnx(self.model, path, opset=17, outputs=outputs)
+            # A CRF tagger exports its emissions (`logits`); Viterbi runs outside the graph.
+            export_onnx(self.model, path, opset=17)
         quantized = self.output_dir / "model_dynamic_int8.onnx"
         if not quantized.is_file():
             quantize_onnx_dynamic(path, quantized)
@@ -374,66 +385,40 @@ class RunExporter:
     # --- side files ---------------------------------------------------------------------
 
     def _model_card(self, rows):
-        tokenizer = self._tokenizer()
-        card = {
-            "format": "keras-attn model card 1",
-            "task": self.task.name,
-            "metric": self.task.metric,
-            "labels": list(self.task.labels.labels),
-            "sequence_length": self.length,
-            "inputs": [{"name": n, "dtype": "int32", "shape": [1, self.length]}
-                       for n in ("token_ids", "segment_ids", "padding_mask")],
-            "outputs": [{"name": "logits", "dtype": "float32",
-                         "shape": [1, len(self.task.labels)] if self.task.name != "ner"
-                         else [1, self.length, len(self.task.labels)]}],
-            "tokenizer": {
-                "vocabulary": "vocab.txt", "vocabulary_size": tokenizer.vocabulary_size(),
-                "lowercase": bool(self.task.lowercase),
-                "strip_accents": bool(tokenizer.strip_accents),
-                "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id,
-                "pad_token_id": tokenizer.pad_token_id,
-                "unknown_token_id": tokenizer.unknown_token_id,
-                "max_word_characters": 100,
-            },
-            "words": "BERT basic tokenization: whitespace, each punctuation character and "
-                     "CJK ideograph is a word (keras_attn.text.word_splitter)"
-                     if self.task.name == "ner" else None,
-            "decoding": ("first word piece of each word, IOB2 repair (an I- tag after O or "
-                         "another type opens an entity), entity spans with code-point "
-                         "offsets" if self.task.name == "ner" else "softmax over logits"),
-            "crf": None,
-            "metrics": {r["artifact"]: r.get("metric") for r in rows},
-            "source_run": str(self.run_dir.resolve()),
-            "keras_attn_version": _version(),
-        }
-        if self.use_crf:
-            crf = self.model.get_layer("crf")
-            card["crf"] = {
-                name: keras.ops.convert_to_numpy(getattr(crf, name)).round(6).tolist()
-                for name in ("transitions", "start_transitions", "end_transitions")}
-        (self.output_dir / "model_card.json").write_text(
-            json.dumps(card, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        from keras_attn.export.golden_vectors import model_card
+        from keras_attn.export.golden_vectors import write_model_card
+
+        card = model_card(
+            self.task.name, list(self.task.labels.labels), self.length, self._tokenizer(),
+            lowercase=self.task.lowercase, metric=self.task.metric, crf=self._crf_section(),
+            metrics={r["artifact"]: r.get("metric") for r in rows},
+            source_run=str(self.run_dir.resolve()), version=_version())
+        write_model_card(self.output_dir / "model_card.json", card)
+
+    def _crf_section(self):
+        """The card's CRF transitions (rounded), or `None` without a CRF."""
+        from keras_attn.export.golden_vectors import crf_card_section
+
+        if not self.use_crf:
+            return None
+        crf = self.model.get_layer("crf")
+        return crf_card_section(*(keras.ops.convert_to_numpy(getattr(crf, name))
+                                  for name in ("transitions", "start_transitions",
+                                               "end_transitions")))
 
     def _golden_vectors(self):
-        """`golden_vectors.jsonl`: texts -> ids, offsets, (words), Keras float logits and
-        the labels or entity spans decoded from those logits, for the app's parity tests."""
+        """`golden_vectors.jsonl` (`keras_attn.export.golden_vectors`): texts -> ids,
+        offsets, (words), Keras float logits and the labels or entity spans decoded from
+        those logits, for the app's parity tests."""
+        from keras_attn.export.golden_vectors import write_golden_vectors
         from keras_attn.text.hard_cases import HARD_CASES
 
         texts = list(HARD_CASES) + self._data_texts(self.options.golden_examples)
-        tokenizer = self._tokenizer()
+        # A CRF tagger's emissions; its tags are decoded from the card's transitions.
         predict = self._keras_predict(self.model)
-        path = self.output_dir / "golden_vectors.jsonl"
-        with open(path, "w", encoding="utf-8") as f:
-            for start in range(0, len(texts), 64):
-                chunk = texts[start: start + 64]
-                records = (self._golden_ner(chunk, tokenizer, predict)
-                           if self.task.name == "ner"
-                           else self._golden_classification(chunk, tokenizer, predict))
-                for record in records:
-                    # ASCII escapes: texts hold U+2028 and other characters that some line
-                    # readers split on.
-                    f.write(json.dumps(record, ensure_ascii=True) + "\n")
-        return len(texts)
+        return write_golden_vectors(
+            self.output_dir / "golden_vectors.jsonl", texts, self.task.name, self._tokenizer(),
+            predict, list(self.task.labels.labels), crf=self._crf_section())
 
     def _data_texts(self, limit):
         """Raw texts of the evaluation file (CoNLL sentences joined with spaces)."""
@@ -450,59 +435,6 @@ class RunExporter:
         reader = ClassificationReader(self.eval_file, text_column=data.text_column,
                                       label_column=data.label_column, header=data.header)
         return [e.text for _, e in zip(range(limit), reader)]
-
-    def _golden_classification(self, texts, tokenizer, predict):
-        x = {k: np.asarray(v) for k, v in tokenizer(texts).items()}
-        logits = np.asarray(predict(x), "float64").round(5)
-        ids, starts, ends = tokenizer.tokenize_with_offsets(texts)
-        records = []
-        for row, text in enumerate(texts):
-            probabilities = np.exp(logits[row] - logits[row].max())
-            probabilities /= probabilities.sum()
-            n = int(x["padding_mask"][row].sum())
-            records.append({
-                "text": text, "token_ids": x["token_ids"][row, :n].tolist(),
-                "piece_starts": starts[row].numpy().tolist(),
-                "piece_ends": ends[row].numpy().tolist(),
-                "logits": logits[row].tolist(),
-                "label": self.task.labels.labels[int(np.argmax(logits[row]))],
-                "probabilities": probabilities.round(6).tolist(),
-            })
-        return records
-
-    def _golden_ner(self, texts, tokenizer, predict):
-        from keras_attn.text.entity_prediction import ner_model_inputs
-        from keras_attn.text.ner import decode_word_labels
-        from keras_attn.text.ner import entity_spans
-        from keras_attn.text.ner import repair_iob2
-        from keras_attn.text.word_splitter import split_words
-
-        split = [split_words(text, tokenizer.strip_accents) for text in texts]
-        x, word_ids, truncated = ner_model_inputs(tokenizer, [[w for w, _, _ in s]
-                                                              for s in split])
-        logits = np.asarray(predict(x), "float64").round(5)
-        if self.use_crf:
-            scores = self._crf_tags(logits, word_ids)
-        records = []
-        for row, (text, words) in enumerate(zip(texts, split)):
-            n = int(x["padding_mask"][row].sum())
-            row_scores = scores[row: row + 1] if self.use_crf else logits[row: row + 1]
-            tags, _ = decode_word_labels(row_scores, word_ids[row: row + 1], [len(words)],
-                                         self.task.labels)
-            tags, _ = repair_iob2(tags[0])
-            records.append({
-                "text": text,
-                "words": [[w, s, e] for w, s, e in words],
-                "token_ids": x["token_ids"][row, :n].tolist(),
-                "word_ids": word_ids[row, :n].tolist(),
-                "num_truncated_words": int(truncated[row]),
-                "logits": logits[row, :n].tolist(),
-                "word_tags": tags,
-                "entities": [{k: span[k] for k in ("type", "start_char", "end_char", "text")}
-                             for span in entity_spans(tags, [(s, e) for _, s, e in words],
-                                                      text)],
-            })
-        return records
 
     def _crf_tags(self, logits, word_ids):
         """Viterbi tags of `(B, S, C)` emissions over each word's first piece, with the float
@@ -601,7 +533,9 @@ class RunExporter:
                 lambda p=path: [self._onnx_latency(p, t) for t in threads])
         saved = load_saved_model(self.output_dir / "saved_model").signatures["predict_ids"]
         add("saved_model/ (predict_ids)", self.output_dir / "saved_model",
-            lambda x: saved(**{k: v for k, v in x.items()})["logits"].numpy())
+            # A CRF signature also takes `label_mask`, which only its `tags` output reads.
+            lambda x: saved(**x, **({"label_mask": x["padding_mask"]} if self.use_crf
+                                    else {}))["logits"].numpy())
         return rows
 
 

@@ -1,0 +1,308 @@
+"""The side files an on-device port is built and checked against: `model_card.json` and
+`golden_vectors.jsonl`.
+
+`model_card.json` says everything a phone needs besides the weights: task, labels, the fixed
+sequence length, input / output tensors, the tokenizer settings and special ids, and for a CRF
+tagger the transition scores. `golden_vectors.jsonl` holds, per text, what the Python reference
+path computes from it: word-piece ids and offsets (and for NER the words and the word index of
+each piece), the model's logits, and what the app must decode from those logits (label and
+probabilities, or word tags and entity spans). A port is right when, from the text and the
+recorded logits alone, it reproduces every other field exactly.
+
+Offsets count Unicode code points of the text (Python `str` indices), never UTF-16 units or
+UTF-8 bytes; lines are ASCII JSON (`\\uXXXX` escapes, astral characters as surrogate pairs).
+
+Exactness: logits are rounded to 5 decimals and decoded from the rounded values in float64
+(argmax; softmax rounded to 6 decimals). CRF tags are the Viterbi path over the card's
+transitions (rounded to 6 decimals) in float64 (`viterbi_float64`), so a port that parses the
+same numbers as doubles and adds in the same order gets bit-identical scores; the float32
+model weights would decode differently only at near-ties.
+
+Used by `keras-attn export` (`run_exporter`) and by the Android demo's
+`apps/android_demo/tools/make_golden_vectors.py`.
+"""
+
+import json
+
+import numpy as np
+
+CARD_FORMAT = "keras-attn model card 1"
+# tf-text's FastBertTokenizer turns a word longer than this many UTF-8 bytes (after
+# normalization) into one unknown token (`keras_attn.text.tokenizer.MAX_BYTES_PER_WORD`).
+MAX_WORD_BYTES = 100
+CRF_DECIMALS = 6
+LOGIT_DECIMALS = 5
+PROBABILITY_DECIMALS = 6
+INPUT_NAMES = ("token_ids", "segment_ids", "padding_mask")
+
+
+def crf_card_section(transitions, start_transitions, end_transitions):
+    """The card's `crf` entry: the three CRF weights rounded to 6 decimals, as lists.
+
+    Args:
+        transitions: `(K, K)` array, `A[i, j]` the score of tag `i` followed by tag `j`.
+        start_transitions, end_transitions: `(K,)` arrays.
+
+    Returns:
+        dict with `transitions`, `start_transitions`, `end_transitions` (nested lists of
+        floats), the numbers `viterbi_float64` and the app decode with.
+
+    Example:
+    >>> crf_card_section(np.eye(2), np.zeros(2), [0.1234567, 0.0])["end_transitions"]
+    [0.123457, 0.0]
+    """
+    arrays = {"transitions": transitions, "start_transitions": start_transitions,
+              "end_transitions": end_transitions}
+    section = {}
+    for name, value in arrays.items():
+        value = np.asarray(value, "float64")
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"CRF `{name}` holds non-finite values; the model is broken")
+        section[name] = value.round(CRF_DECIMALS).tolist()
+    num_tags = len(section["start_transitions"])
+    if np.shape(section["transitions"]) != (num_tags, num_tags) or \
+            len(section["end_transitions"]) != num_tags:
+        raise ValueError(
+            "CRF weights must be transitions (K, K), start and end (K,). Received shapes "
+            f"{np.shape(section['transitions'])}, ({num_tags},), "
+            f"({len(section['end_transitions'])},)")
+    return section
+
+
+def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
+               crf=None, metrics=None, source_run=None, version=None):
+    """The `model_card.json` dict of an exported classifier or tagger.
+
+    Args:
+        task: `"classification"` or `"ner"`.
+        labels: list of str, the labels in output order.
+        sequence_length: int, the fixed input length of the mobile artifacts.
+        tokenizer: the run's `WordPieceTokenizer` (vocabulary and special ids).
+        lowercase: bool, the run's `lowercase` (accents are stripped iff lower-cased).
+        metric: name of the task metric, or `None`.
+        crf: `crf_card_section(...)` of a CRF tagger, else `None`.
+        metrics: dict artifact -> metric value, or `None`.
+        source_run: str path of the training run, or `None`.
+        version: keras-attn version string, or `None`.
+
+    Returns:
+        dict, JSON-serializable.
+    """
+    if task not in ("classification", "ner"):
+        raise ValueError(f"`task` must be 'classification' or 'ner'. Received: task={task!r}")
+    if crf is not None and task != "ner":
+        raise ValueError("Only a tagger (task='ner') can carry CRF transitions.")
+    num_labels = len(labels)
+    return {
+        "format": CARD_FORMAT,
+        "task": task,
+        "metric": metric,
+        "labels": list(labels),
+        "sequence_length": int(sequence_length),
+        "inputs": [{"name": name, "dtype": "int32", "shape": [1, int(sequence_length)]}
+                   for name in INPUT_NAMES],
+        "outputs": [{"name": "logits", "dtype": "float32",
+                     "shape": [1, num_labels] if task != "ner"
+                     else [1, int(sequence_length), num_labels]}],
+        "tokenizer": {
+            "vocabulary": "vocab.txt", "vocabulary_size": tokenizer.vocabulary_size(),
+            "lowercase": bool(lowercase),
+            "strip_accents": bool(tokenizer.strip_accents),
+            "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            "unknown_token_id": tokenizer.unknown_token_id,
+            # Kept for readers of earlier cards; the limit tf-text applies is in bytes.
+            "max_word_characters": MAX_WORD_BYTES,
+            "max_word_bytes": MAX_WORD_BYTES,
+            "offsets": "code points",
+        },
+        "words": "BERT basic tokenization: whitespace, each punctuation character and "
+                 "CJK ideograph is a word (keras_attn.text.word_splitter)"
+                 if task == "ner" else None,
+        "decoding": ("first word piece of each word, IOB2 repair (an I- tag after O or "
+                     "another type opens an entity), entity spans with code-point "
+                     "offsets" if task == "ner" else "softmax over logits"),
+        "crf": crf,
+        "metrics": metrics or {},
+        "source_run": source_run,
+        "keras_attn_version": version,
+    }
+
+
+def write_model_card(path, card):
+    """Writes `card` as indented UTF-8 JSON."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(card, indent=1, ensure_ascii=False) + "\n")
+
+
+def viterbi_float64(emissions, transitions, start_transitions, end_transitions):
+    """Best CRF tag path of one sequence, in float64, in the order the app adds.
+
+        delta_1 = start + E_1,  delta_i[j] = max_k(delta_{i-1}[k] + A[k, j]) + E_i[j],
+        y_n = argmax_j(delta_n[j] + end[j]),  y_{i-1} = backpointer_i[y_i]
+
+    Ties go to the lowest tag index (as `keras_attn.layers.crf.viterbi_decode`).
+
+    Args:
+        emissions: `(n, K)` scores of the real positions only (n may be 0).
+        transitions: `(K, K)`; start_transitions, end_transitions: `(K,)`.
+
+    Returns:
+        list of n ints.
+
+    Example:
+    >>> viterbi_float64([[2.0, 0.0], [1.0, 0.0]], [[-5.0, 0.0], [0.0, 0.0]], [0, 0], [0, 0])
+    [0, 1]
+    """
+    emissions = np.asarray(emissions, "float64")
+    transitions = np.asarray(transitions, "float64")
+    start = np.asarray(start_transitions, "float64")
+    end = np.asarray(end_transitions, "float64")
+    if len(emissions) == 0:
+        return []
+    delta = start + emissions[0]  # (K,)
+    backpointers = []
+    for emission in emissions[1:]:
+        candidates = delta[:, None] + transitions  # (K_prev, K)
+        best = candidates.argmax(axis=0)  # (K,) first maximum: lowest index on ties
+        backpointers.append(best)
+        delta = candidates[best, np.arange(len(best))] + emission  # (K,)
+    tag = int(np.argmax(delta + end))
+    path = [tag]
+    for best in reversed(backpointers):
+        tag = int(best[tag])
+        path.append(tag)
+    return path[::-1]
+
+
+def _softmax(logits):
+    probabilities = np.exp(logits - logits.max())
+    return probabilities / probabilities.sum()
+
+
+def classification_records(texts, tokenizer, predict, labels):
+    """Golden records of a classifier for a batch of texts.
+
+    Args:
+        texts: list of str.
+        tokenizer: the `WordPieceTokenizer` (its `sequence_length` is the model's).
+        predict: callable, dict of int32 `(B, L)` inputs -> `(B, C)` logits.
+        labels: list of C label strings.
+
+    Returns:
+        list of dicts: `text`, `token_ids` (packed, without padding), `piece_starts` /
+        `piece_ends` (code-point offsets of every piece before truncation), `logits`,
+        `label`, `probabilities`.
+    """
+    x = {k: np.asarray(v) for k, v in tokenizer(texts).items()}
+    x["padding_mask"] = x["padding_mask"].astype("int32")
+    x["segment_ids"] = x["segment_ids"].astype("int32")
+    logits = np.asarray(predict(x), "float64").round(LOGIT_DECIMALS)
+    ids, starts, ends = tokenizer.tokenize_with_offsets(texts)
+    records = []
+    for row, text in enumerate(texts):
+        n = int(x["padding_mask"][row].sum())
+        records.append({
+            "text": text, "token_ids": x["token_ids"][row, :n].tolist(),
+            "piece_starts": starts[row].numpy().tolist(),
+            "piece_ends": ends[row].numpy().tolist(),
+            "logits": logits[row].tolist(),
+            "label": labels[int(np.argmax(logits[row]))],
+            "probabilities": _softmax(logits[row]).round(PROBABILITY_DECIMALS).tolist(),
+        })
+    return records
+
+
+def ner_records(texts, tokenizer, predict, labels, crf=None):
+    """Golden records of a tagger for a batch of texts.
+
+    Args:
+        texts: list of str.
+        tokenizer: the `WordPieceTokenizer` (its `sequence_length` is the model's).
+        predict: callable, dict of int32 `(B, L)` inputs -> `(B, L, C)` logits (a CRF
+            model's emissions; it also receives `label_mask` when `crf` is given).
+        labels: list of C IOB2 tags.
+        crf: the card's `crf_card_section`, or `None` for argmax decoding.
+
+    Returns:
+        list of dicts: `text`, `words` (`[word, start, end]`), `token_ids`, `word_ids`,
+        `num_truncated_words`, `logits` (real positions), `word_tags`, `entities`.
+    """
+    from keras_attn.text.entity_prediction import ner_model_inputs
+    from keras_attn.text.label_vocabulary import LabelVocabulary
+    from keras_attn.text.ner import decode_word_labels
+    from keras_attn.text.ner import entity_spans
+    from keras_attn.text.ner import first_piece_mask
+    from keras_attn.text.ner import repair_iob2
+    from keras_attn.text.word_splitter import split_words
+
+    vocabulary = LabelVocabulary(list(labels))
+    split = [split_words(text, tokenizer.strip_accents) for text in texts]
+    x, word_ids, truncated = ner_model_inputs(
+        tokenizer, [[w for w, _, _ in words] for words in split], use_crf=crf is not None)
+    logits = np.asarray(predict(x), "float64").round(LOGIT_DECIMALS)
+    records = []
+    for row, (text, words) in enumerate(zip(texts, split)):
+        n = int(x["padding_mask"][row].sum())
+        if crf is None:
+            scores = logits[row: row + 1]
+        else:
+            first = np.flatnonzero(first_piece_mask(word_ids[row: row + 1])[0])
+            path = viterbi_float64(logits[row, first], crf["transitions"],
+                                   crf["start_transitions"], crf["end_transitions"])
+            scores = np.zeros(word_ids[row: row + 1].shape, "int64")
+            scores[0, first] = path
+        tags, _ = decode_word_labels(scores, word_ids[row: row + 1], [len(words)], vocabulary)
+        tags, _ = repair_iob2(tags[0])
+        records.append({
+            "text": text,
+            "words": [[w, s, e] for w, s, e in words],
+            "token_ids": x["token_ids"][row, :n].tolist(),
+            "word_ids": word_ids[row, :n].tolist(),
+            "num_truncated_words": int(truncated[row]),
+            "logits": logits[row, :n].tolist(),
+            "word_tags": tags,
+            "entities": [{k: span[k] for k in ("type", "start_char", "end_char", "text")}
+                         for span in entity_spans(tags, [(s, e) for _, s, e in words], text)],
+        })
+    return records
+
+
+def write_golden_vectors(path, texts, task, tokenizer, predict, labels, crf=None,
+                         batch_size=64):
+    """Writes `golden_vectors.jsonl`: one ASCII JSON record per text (see the module doc).
+
+    Args:
+        path: output file.
+        texts: list of str.
+        task: `"classification"` or `"ner"`.
+        tokenizer, predict, labels, crf: as in `classification_records` / `ner_records`.
+        batch_size: texts per `predict` call.
+
+    Returns:
+        int, the number of records.
+    """
+    if task not in ("classification", "ner"):
+        raise ValueError(f"`task` must be 'classification' or 'ner'. Received: task={task!r}")
+    with open(path, "w", encoding="utf-8") as f:
+        for start in range(0, len(texts), batch_size):
+            chunk = list(texts[start: start + batch_size])
+            records = (ner_records(chunk, tokenizer, predict, labels, crf) if task == "ner"
+                       else classification_records(chunk, tokenizer, predict, labels))
+            for record in records:
+                # ASCII escapes: texts hold U+2028 and other characters that some line
+                # readers split on.
+                f.write(json.dumps(record, ensure_ascii=True) + "\n")
+    return len(texts)
+
+
+def read_golden_vectors(path):
+    """The records of a `golden_vectors.jsonl` file, as a list of dicts."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not a JSON record ({error})") from None
+    return records

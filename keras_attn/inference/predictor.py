@@ -1,0 +1,517 @@
+"""One interface over every artifact of a classification or NER run: texts in, labels or
+entities out.
+
+`load_predictor(path)` recognises (and reads beside it):
+
+- a `keras-attn train` run directory or its `model.keras`: the Keras model (the run's
+  `config.json` for lower-casing and `data.max_length`, `vocab.txt`, `labels.txt`);
+- a `keras-attn export` directory: its `saved_model/`;
+- a `saved_model/` directory: `serving_default`, text in, tokenizer and decoding in-graph
+  (labels and task from its `metadata` signature);
+- `model_<variant>.tflite` with token-id inputs: LiteRT, one text at a time (`vocab.txt`,
+  `model_card.json`);
+- `model_text.tflite` (text input): LiteRT with the tf-text custom ops (`model_card.json`);
+- `model.onnx`, `model_dynamic_int8.onnx`: onnxruntime (`vocab.txt`, `model_card.json`).
+
+Every predictor returns one dict per text:
+
+- classification: `{"label": str, "probabilities": {label: float}}`;
+- NER: `{"entities": [{"type", "start", "end", "text"}], "words": [{"text", "start", "end",
+  "tag"}], "num_truncated_words": int}`; `start`/`end` are code-point offsets into the text
+  (Python `str` indices, end exclusive).
+
+The ids-in artifacts are tokenized in Python (`WordPieceTokenizer` with the model card's
+settings) and decoded by the same code as the Python reference path and the golden vectors
+(`keras_attn.text.entity_prediction.predict_entities`: BERT word splitting, first-piece tags,
+the CRF's Viterbi path with the card's transitions for a CRF tagger, IOB2 repair, entity
+spans). `model_text.tflite` cuts words with tf-text inside the graph: its `words` are the
+words the graph located (words wholly past the sequence length are counted in
+`num_truncated_words`, not listed), and on the rare characters listed in
+`keras_attn.export.text_tflite` its word boundaries differ from BERT's.
+"""
+
+import json
+import pathlib
+import types
+
+import numpy as np
+
+ID_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+TASKS = ("classification", "ner")
+
+
+class PredictorError(ValueError):
+    """An artifact that cannot be loaded: unknown kind, missing or inconsistent side files."""
+
+
+class Predictor:
+    """Texts -> one result dict per text (see the module docstring for the format).
+
+    Subclasses implement `_predict(texts)` for a list of at most `batch_size` texts.
+
+    Attributes:
+        path: `pathlib.Path` of the artifact.
+        kind: `"keras"`, `"saved_model"`, `"tflite"`, `"text_tflite"` or `"onnx"`.
+        task: `"classification"` or `"ner"`.
+        labels: the model's `LabelVocabulary`.
+    """
+
+    def __init__(self, path, kind, task, labels):
+        self.path = pathlib.Path(path)
+        self.kind = kind
+        self.task = task
+        self.labels = labels
+
+    def predict(self, texts, batch_size=32):
+        """Results for `texts`, in order.
+
+        Args:
+            texts: list of str (empty strings are allowed: no entities, or the model's label
+                for an empty text).
+            batch_size: int, texts per model call.
+
+        Returns:
+            list of result dicts, one per text.
+        """
+        if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+            raise ValueError(
+                f"`texts` must be a list of str. Received: texts={type(texts).__name__}"
+            )
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(
+                    f"`texts` must be a list of str. Received: texts[{index}] of type "
+                    f"{type(text).__name__}"
+                )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(
+                f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}"
+            )
+        results = []
+        for start in range(0, len(texts), batch_size):
+            results.extend(self._predict(list(texts[start:start + batch_size])))
+        return results
+
+    def _predict(self, texts):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{type(self).__name__}({str(self.path)!r}, task={self.task!r})"
+
+
+# --- result dicts ---------------------------------------------------------------------------
+
+
+def _softmax(logits):
+    logits = np.asarray(logits, "float64")
+    exp = np.exp(logits - logits.max(-1, keepdims=True))
+    return exp / exp.sum(-1, keepdims=True)
+
+
+def _classification_result(labels, probabilities):
+    probabilities = np.asarray(probabilities, "float64")
+    return {"label": labels.labels[int(np.argmax(probabilities))],
+            "probabilities": {label: float(p) for label, p in zip(labels.labels, probabilities)}}
+
+
+def _ner_result(entities, words, num_truncated_words):
+    """`entities`: `entity_spans` dicts; `words`: `(text, start, end, tag)` tuples."""
+    return {
+        "entities": [{"type": e["type"], "start": int(e["start_char"]),
+                      "end": int(e["end_char"]), "text": e["text"]} for e in entities],
+        "words": [{"text": w, "start": int(s), "end": int(e), "tag": t} for w, s, e, t in words],
+        "num_truncated_words": int(num_truncated_words),
+    }
+
+
+def _python_ner_results(model, tokenizer, labels, texts):
+    from keras_attn.text.entity_prediction import predict_entities
+
+    results = []
+    for item in predict_entities(model, tokenizer, labels, texts, batch_size=len(texts) or 1):
+        words = [(w, s, e, t) for (w, s, e), t in zip(item["words"], item["tags"])]
+        results.append(_ner_result(item["entities"], words, item["num_truncated_words"]))
+    return results
+
+
+# --- Keras run ------------------------------------------------------------------------------
+
+
+class KerasPredictor(Predictor):
+    """The float Keras model of a `keras-attn train` run, with the run's tokenizer settings.
+
+    Args:
+        model: a `BertClassifier` or `BertTokenClassifier` (or any model taking the three id
+            inputs and returning logits, e.g. a `QatBert`).
+        tokenizer: its `WordPieceTokenizer`.
+        labels: its `LabelVocabulary`.
+        task: `"classification"` or `"ner"`.
+        path: where the model came from.
+    """
+
+    def __init__(self, model, tokenizer, labels, task, path):
+        super().__init__(path, "keras", task, labels)
+        self.model = model
+        self.tokenizer = tokenizer
+
+    def _predict(self, texts):
+        import keras
+
+        if not texts:
+            return []
+        if self.task == "ner":
+            return _python_ner_results(self.model, self.tokenizer, self.labels, texts)
+        packed = self.tokenizer(texts)
+        x = {name: np.asarray(packed[name]).astype("int32") for name in ID_INPUTS}
+        logits = keras.ops.convert_to_numpy(self.model(x, training=False))
+        return [_classification_result(self.labels, p) for p in _softmax(logits)]
+
+
+def _load_run(run_dir, model_path):
+    import keras
+
+    from keras_attn.text.label_vocabulary import LabelVocabulary
+    from keras_attn.text.tokenizer import WordPieceTokenizer
+    from keras_attn.training.config import TrainingConfig
+    from keras_attn.training.tasks import make_task
+
+    for name in ("config.json", "vocab.txt", "labels.txt"):
+        _require(run_dir / name, f"{model_path.name} is read with the {name} of its run "
+                 "directory (written by `keras-attn train`); keep the run directory whole")
+    recorded = json.loads((run_dir / "config.json").read_text("utf-8"))
+    task = recorded.get("task")
+    if task not in TASKS:
+        raise PredictorError(
+            f"{run_dir / 'config.json'}: task {task!r} has no predictor; `keras-attn predict` "
+            "takes classification and ner runs")
+    config = TrainingConfig.from_dict(recorded)
+    # The task knows the run's lower-casing (its own, or that of the run it continued).
+    lowercase = make_task(config, run_dir, write_files=False).lowercase
+    tokenizer = WordPieceTokenizer(str(run_dir / "vocab.txt"), lowercase=lowercase,
+                                   sequence_length=config.data.max_length)
+    labels = LabelVocabulary.load(run_dir / "labels.txt")
+    model = keras.models.load_model(model_path)
+    outputs = getattr(model, "num_classes", None) or getattr(model, "num_labels", None) or \
+        getattr(model, "num_outputs", None)
+    if outputs is not None and outputs != len(labels):
+        raise PredictorError(
+            f"{model_path} has {outputs} outputs but {run_dir / 'labels.txt'} lists "
+            f"{len(labels)} labels: the files come from different runs")
+    return KerasPredictor(model, tokenizer, labels, task, model_path)
+
+
+# --- SavedModel -----------------------------------------------------------------------------
+
+
+class SavedModelPredictor(Predictor):
+    """The `serving_default` signature of a keras-attn SavedModel (text in)."""
+
+    def __init__(self, path):
+        from keras_attn.export.serving_module import load_saved_model
+        from keras_attn.text.label_vocabulary import LabelVocabulary
+
+        self.saved_model = load_saved_model(path)
+        signatures = self.saved_model.signatures
+        if "metadata" not in signatures or "serving_default" not in signatures:
+            raise PredictorError(
+                f"{path} has signatures {sorted(signatures)}, not the `serving_default` and "
+                "`metadata` of a keras-attn SavedModel: export it with `keras-attn export`")
+        metadata = {k: v.numpy() for k, v in signatures["metadata"]().items()}
+        task = {b"classification": "classification", b"tagging": "ner"}[bytes(metadata["task"])]
+        labels = LabelVocabulary([label.decode("utf-8") for label in metadata["labels"]])
+        super().__init__(path, "saved_model", task, labels)
+        self.serve = signatures["serving_default"]
+
+    def _predict(self, texts):
+        import tensorflow as tf
+
+        if not texts:
+            return []
+        out = {k: v.numpy() for k, v in self.serve(text=tf.constant(texts, tf.string)).items()}
+        if self.task == "classification":
+            return [_classification_result(self.labels, p) for p in out["probabilities"]]
+        results = []
+        for row in range(len(texts)):
+            n, w = int(out["num_entities"][row]), int(out["num_words"][row])
+            entities = [{"type": out["entity_type"][row, i].decode("utf-8"),
+                         "start_char": out["entity_start"][row, i],
+                         "end_char": out["entity_end"][row, i],
+                         "text": out["entity_text"][row, i].decode("utf-8")} for i in range(n)]
+            words = [(out["words"][row, i].decode("utf-8"), out["word_start"][row, i],
+                      out["word_end"][row, i], out["word_tags"][row, i].decode("utf-8"))
+                     for i in range(w)]
+            results.append(_ner_result(entities, words, out["num_truncated_words"][row]))
+        return results
+
+
+# --- ids-in artifacts (TFLite, ONNX) --------------------------------------------------------
+
+
+class _ArtifactModel:
+    """Looks like a `BertTokenClassifier` to `predict_entities`: `use_crf`, and a call on the
+    id inputs returning logits, or `{"logits", "tags"}` decoded with the card's CRF."""
+
+    def __init__(self, run_logits, crf):
+        self.run_logits = run_logits
+        self.crf = crf
+        self.use_crf = crf is not None
+
+    def __call__(self, inputs, training=False):
+        import keras
+
+        from keras_attn.layers.crf import viterbi_decode
+
+        logits = self.run_logits({name: inputs[name] for name in ID_INPUTS})
+        if self.crf is None:
+            return logits
+        tags = viterbi_decode(np.asarray(logits, "float32"), self.crf.transitions,
+                              self.crf.start_transitions, self.crf.end_transitions,
+                              mask=np.asarray(inputs["label_mask"]).astype(bool))
+        return {"logits": logits, "tags": keras.ops.convert_to_numpy(tags)}
+
+
+class IdsPredictor(Predictor):
+    """A TFLite or ONNX artifact on token ids, tokenized and decoded in Python.
+
+    Args:
+        path: the artifact.
+        kind: `"tflite"` or `"onnx"`.
+        run_logits: callable, dict of `(B, L)` int32 arrays -> `(B, C)` or `(B, L, C)` logits.
+        card: the export's `model_card.json` (dict).
+        tokenizer: `WordPieceTokenizer` built from the card and `vocab.txt`.
+        labels: `LabelVocabulary` of the card.
+    """
+
+    def __init__(self, path, kind, run_logits, card, tokenizer, labels):
+        super().__init__(path, kind, card["task"], labels)
+        self.run_logits = run_logits
+        self.tokenizer = tokenizer
+        self.model = _ArtifactModel(run_logits, _card_crf(card))
+
+    def _predict(self, texts):
+        if self.task == "ner":
+            return _python_ner_results(self.model, self.tokenizer, self.labels, texts)
+        if not texts:
+            return []
+        packed = self.tokenizer(texts)
+        x = {name: np.asarray(packed[name]).astype("int32") for name in ID_INPUTS}
+        return [_classification_result(self.labels, p) for p in _softmax(self.run_logits(x))]
+
+
+def _card_crf(card):
+    if not card.get("crf"):
+        return None
+    return types.SimpleNamespace(**{name: np.asarray(card["crf"][name], "float32")
+                                    for name in ("transitions", "start_transitions",
+                                                 "end_transitions")})
+
+
+def _read_card(artifact):
+    from keras_attn.text.label_vocabulary import LabelVocabulary
+
+    card_path = artifact.parent / "model_card.json"
+    _require(card_path, f"{artifact.name} is decoded with the labels, task and tokenizer "
+             "settings of the model_card.json that `keras-attn export` writes beside it")
+    try:
+        card = json.loads(card_path.read_text("utf-8"))
+    except json.JSONDecodeError as error:
+        raise PredictorError(f"{card_path}:{error.lineno}: not valid JSON ({error.msg}); "
+                             "re-run `keras-attn export` to rewrite it") from None
+    missing = [key for key in ("task", "labels", "sequence_length", "tokenizer") if key not in card]
+    if missing or card.get("task") not in TASKS:
+        raise PredictorError(
+            f"{card_path} is not a keras-attn model card (missing {missing}, task "
+            f"{card.get('task')!r}): re-run `keras-attn export`")
+    labels = LabelVocabulary(card["labels"])
+    labels_file = artifact.parent / "labels.txt"
+    if labels_file.is_file() and LabelVocabulary.load(labels_file) != labels:
+        raise PredictorError(
+            f"{labels_file} and {card_path} list different labels: they come from different "
+            "exports; copy both from the same export directory")
+    return card, labels
+
+
+def _card_tokenizer(artifact, card):
+    from keras_attn.text.tokenizer import WordPieceTokenizer
+
+    vocab = artifact.parent / "vocab.txt"
+    _require(vocab, f"{artifact.name} takes token ids: the texts are tokenized with the "
+             "vocab.txt `keras-attn export` writes beside it")
+    settings = card["tokenizer"]
+    tokenizer = WordPieceTokenizer(str(vocab), lowercase=bool(settings["lowercase"]),
+                                   strip_accents=bool(settings["strip_accents"]),
+                                   sequence_length=int(card["sequence_length"]))
+    if tokenizer.vocabulary_size() != settings["vocabulary_size"]:
+        raise PredictorError(
+            f"{vocab} has {tokenizer.vocabulary_size()} tokens but "
+            f"{artifact.parent / 'model_card.json'} says {settings['vocabulary_size']}: the "
+            "files come from different exports; copy them from the same export directory")
+    return tokenizer
+
+
+def _check_outputs(artifact, shape, card, labels):
+    """The artifact's logits must be `(B, C)` (classification) or `(B, L, C)` (NER) with one
+    score per label of the card."""
+    layout = "(batch, labels)" if card["task"] == "classification" else \
+        "(batch, sequence, labels)"
+    if len(shape) != layout.count(",") + 1 or shape[-1] != len(labels):
+        raise PredictorError(
+            f"{artifact} outputs logits of shape {list(shape)}, but its model_card.json "
+            f"describes a {card['task']} model with {len(labels)} labels, logits {layout}: "
+            "the files come from different exports; copy them from the same export directory")
+
+
+def _load_tflite(path, num_threads):
+    from keras_attn.export.text_tflite import text_interpreter
+
+    try:
+        interpreter = text_interpreter(path, num_threads=num_threads)
+    except (ValueError, RuntimeError) as error:
+        raise PredictorError(f"{path}: LiteRT cannot load it ({str(error).splitlines()[0]})") \
+            from None
+    runner = interpreter.get_signature_runner()
+    inputs = runner.get_input_details()
+    card, labels = _read_card(path)
+    if set(inputs) == {"text"}:
+        return TextTFLitePredictor(path, runner, card, labels)
+    if set(inputs) != set(ID_INPUTS):
+        raise PredictorError(
+            f"{path} has inputs {sorted(inputs)}; keras-attn TFLite models take `text` or "
+            f"{list(ID_INPUTS)}")
+    tokenizer = _card_tokenizer(path, card)
+    length = int(inputs["token_ids"]["shape"][1])
+    if length != tokenizer.sequence_length:
+        raise PredictorError(
+            f"{path} takes {length} tokens but its model_card.json says sequence_length="
+            f"{tokenizer.sequence_length}: the files come from different exports")
+    (output,) = runner.get_output_details().values()
+    _check_outputs(path, list(output["shape"]), card, labels)
+
+    def run_logits(x):
+        rows = []
+        for b in range(len(x["token_ids"])):  # a batch-1 model: one text at a time
+            (logits,) = runner(**{k: v[b:b + 1] for k, v in x.items()}).values()
+            rows.append(np.asarray(logits, "float32")[0])
+        return np.stack(rows) if rows else np.zeros((0,) + tuple(output["shape"][1:]), "float32")
+
+    return IdsPredictor(path, "tflite", run_logits, card, tokenizer, labels)
+
+
+def _load_onnx(path, num_threads):
+    from keras_attn.export.onnx_export import OnnxRunner
+
+    card, labels = _read_card(path)
+    tokenizer = _card_tokenizer(path, card)
+    runner = OnnxRunner(str(path), threads=num_threads)
+    if len(runner.output_names) != 1 or not set(runner.input_names) <= set(ID_INPUTS):
+        raise PredictorError(
+            f"{path} has inputs {runner.input_names} and outputs {runner.output_names}; "
+            f"keras-attn ONNX models take (a subset of) {list(ID_INPUTS)} and return `logits`")
+    _check_outputs(path, runner.session.get_outputs()[0].shape, card, labels)
+
+    def run_logits(x):
+        return runner({k: v for k, v in x.items() if k in runner.input_names})
+
+    return IdsPredictor(path, "onnx", run_logits, card, tokenizer, labels)
+
+
+# --- model_text.tflite ----------------------------------------------------------------------
+
+
+class TextTFLitePredictor(Predictor):
+    """`model_text.tflite`: text in, tokenizer inside (tf-text custom ops), one text per call."""
+
+    def __init__(self, path, runner, card, labels):
+        super().__init__(path, "text_tflite", card["task"], labels)
+        self.runner = runner
+        self.crf = _card_crf(card)
+        outputs = runner.get_output_details()
+        kind = "ner" if "word_ids" in outputs else "classification"
+        if kind != card["task"]:
+            raise PredictorError(
+                f"{path} is a {kind} model but its model_card.json says task "
+                f"{card['task']!r}: the files come from different exports")
+        if outputs["logits"]["shape"][-1] != len(labels):
+            raise PredictorError(
+                f"{path} outputs {outputs['logits']['shape'][-1]} scores but model_card.json "
+                f"lists {len(labels)} labels: the files come from different exports")
+
+    def _predict(self, texts):
+        from keras_attn.export.text_tflite import decode_text_entities
+
+        results = []
+        for text in texts:
+            out = self.runner(text=np.array([text.encode("utf-8")], dtype=object))
+            if self.task == "classification":
+                results.append(_classification_result(self.labels, out["probabilities"][0]))
+                continue
+            decoded = decode_text_entities(out, text, self.labels, crf=self.crf)
+            starts, ends = out["word_start"].reshape(-1), out["word_end"].reshape(-1)
+            words = [(text[starts[i]:ends[i]], starts[i], ends[i], tag)
+                     for i, tag in enumerate(decoded["tags"])
+                     if i < len(starts) and starts[i] >= 0]
+            results.append(_ner_result(decoded["entities"], words,
+                                       decoded["num_truncated_words"]))
+        return results
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+def _require(path, why):
+    if not path.is_file():
+        raise PredictorError(f"{path} is missing: {why}.")
+
+
+def load_predictor(path, num_threads=None):
+    """The predictor of any keras-attn artifact (see the module docstring).
+
+    Args:
+        path: str or path-like: a run directory or its `model.keras`, an export directory,
+            a `saved_model/` directory, a `.tflite` or an `.onnx` file.
+        num_threads: int or `None`: CPU threads of LiteRT / onnxruntime (their default when
+            `None`: 1 thread for LiteRT, one per core for onnxruntime).
+
+    Returns:
+        A `Predictor`.
+
+    Raises:
+        PredictorError: unknown kind of path, a missing or inconsistent side file.
+
+    Example:
+    >>> load_predictor("nowhere/model.onnx")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    keras_attn.inference.predictor.PredictorError: nowhere/model.onnx does not exist...
+    """
+    path = pathlib.Path(path)
+    if num_threads is not None and (isinstance(num_threads, bool)
+                                    or not isinstance(num_threads, int) or num_threads < 1):
+        raise ValueError(f"`num_threads` must be a positive integer or None. "
+                         f"Received: num_threads={num_threads!r}")
+    if not path.exists():
+        raise PredictorError(
+            f"{path} does not exist: give a run directory or its model.keras, an export "
+            "directory, a saved_model/ directory, a .tflite or an .onnx file")
+    if path.is_dir():
+        if (path / "saved_model.pb").is_file():
+            return SavedModelPredictor(path)
+        if (path / "model.keras").is_file():
+            return _load_run(path, path / "model.keras")
+        if (path / "saved_model" / "saved_model.pb").is_file():
+            return SavedModelPredictor(path / "saved_model")
+        raise PredictorError(
+            f"{path} is not a run directory (no model.keras), a SavedModel (no "
+            "saved_model.pb) or an export directory (no saved_model/): point at one of those "
+            "or at a .keras, .tflite or .onnx file")
+    suffix = path.suffix.lower()
+    if suffix == ".keras":
+        return _load_run(path.parent, path)
+    if suffix == ".tflite":
+        return _load_tflite(path, num_threads or 1)
+    if suffix == ".onnx":
+        return _load_onnx(path, num_threads)
+    raise PredictorError(
+        f"{path}: unknown kind of artifact {suffix or '(no extension)'!r}; `keras-attn "
+        "predict` runs .keras, .tflite and .onnx files and SavedModel, run and export "
+        "directories")

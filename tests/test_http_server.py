@@ -1,0 +1,367 @@
+"""`keras-attn serve`: TF Serving's REST API over a SavedModel, on 127.0.0.1.
+
+The predictions are compared with calling the SavedModel's signatures directly; each class of
+bad request gets its status and message, and the server keeps answering afterwards."""
+
+import base64
+import concurrent.futures
+import http.client
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.export.serving_module import export_saved_model
+from keras_attn.inference.http_server import RestApi
+from keras_attn.inference.http_server import find_saved_model
+from keras_attn.inference.http_server import make_server
+from keras_attn.inference.http_server import serve_in_thread
+from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.tokenizer import WordPieceTokenizer
+
+pytestmark = pytest.mark.tensorflow
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "plot", "the",
+         "was", "very", "paris", "anna", "new", "york", "in", "##s"]
+NER_LABELS = LabelVocabulary(["O", "B-LOC", "B-PER", "I-LOC", "I-PER"])
+TEXTS = ["the film was good", "Bad plot!", "anna was in new york", "", "Über 北京 naïve"]
+MAX_BATCH, MAX_TEXT_CHARS, MAX_REQUEST_BYTES = 4, 40, 4000
+
+
+def _model(cls, **kwargs):
+    keras.utils.set_random_seed(11)
+    backbone = BertBackbone(vocabulary_size=len(VOCAB), num_layers=1, num_heads=2,
+                            hidden_dim=8, intermediate_dim=16, max_sequence_length=8)
+    model = cls(backbone, **kwargs)
+    dense = model.get_layer("logits")  # spread the random model's predictions over classes
+    rng = np.random.default_rng(2)
+    dense.kernel.assign(rng.normal(scale=3.0, size=tuple(dense.kernel.shape)))
+    return model
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    tokenizer = WordPieceTokenizer(VOCAB, sequence_length=8)
+    classifier = export_saved_model(
+        _model(BertClassifier, num_classes=3), tokenizer,
+        LabelVocabulary(["negative", "neutral", "positive"]), root / "sst" / "saved_model")
+    # The TF Serving layout: NAME/<version>/saved_model.pb.
+    tagger = export_saved_model(_model(BertTokenClassifier, num_labels=len(NER_LABELS)),
+                                tokenizer, NER_LABELS, root / "ner" / "3")
+    return pathlib.Path(classifier), pathlib.Path(tagger)
+
+
+@pytest.fixture(scope="module")
+def server(saved_models):
+    api = RestApi(saved_models[0], model_name="sst", max_batch=MAX_BATCH,
+                  max_text_chars=MAX_TEXT_CHARS)
+    lines = []
+    httpd = make_server(api, "127.0.0.1", 0, max_request_bytes=MAX_REQUEST_BYTES,
+                        log=lines.append)
+    serve_in_thread(httpd)
+    yield httpd, api, lines
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def request(server, method, path, body=None, headers=None):
+    """`(status, parsed JSON, response headers)`; `body` is JSON-encoded unless bytes."""
+    httpd = server[0] if isinstance(server, tuple) else server
+    connection = http.client.HTTPConnection(*httpd.server_address[:2], timeout=60)
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode("utf-8")
+    connection.request(method, path, body=body, headers=headers or {})
+    response = connection.getresponse()
+    payload = json.loads(response.read().decode("utf-8"))
+    connection.close()
+    return response.status, payload, dict(response.getheaders())
+
+
+def direct(saved_model_dir, texts, signature="serving_default"):
+    from keras_attn.export.serving_module import load_saved_model
+
+    function = load_saved_model(saved_model_dir).signatures[signature]
+    return {k: v.numpy() for k, v in function(text=tf.constant(texts)).items()}
+
+
+def _text(values):
+    return np.vectorize(lambda v: v.decode("utf-8"), otypes=[object])(values).tolist()
+
+
+# --- good requests -------------------------------------------------------------------------------
+
+
+def test_model_status_is_tf_serving_s(server):
+    for path in ("/v1/models/sst", "/v1/models/sst/versions/1"):
+        status, body, headers = request(server, "GET", path)
+        assert status == 200
+        assert headers["Content-Type"] == "application/json"
+        assert body == {"model_version_status": [{
+            "version": "1", "state": "AVAILABLE",
+            "status": {"error_code": "OK", "error_message": ""}}]}
+
+
+def test_metadata_describes_every_signature(server, saved_models):
+    status, body, _ = request(server, "GET", "/v1/models/sst/metadata")
+    assert status == 200
+    assert body["model_spec"] == {"name": "sst", "signature_name": "", "version": "1"}
+    signatures = body["metadata"]["signature_def"]["signature_def"]
+    assert sorted(signatures) == ["metadata", "predict_ids", "serving_default"]
+    serving = signatures["serving_default"]
+    assert serving["method_name"] == "tensorflow/serving/predict"
+    assert serving["inputs"]["text"]["dtype"] == "DT_STRING"
+    assert serving["inputs"]["text"]["tensor_shape"] == {
+        "dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    expected = direct(saved_models[0], ["good"])
+    assert sorted(serving["outputs"]) == sorted(expected)
+    probabilities = serving["outputs"]["probabilities"]
+    assert probabilities["dtype"] == "DT_FLOAT"
+    assert [d["size"] for d in probabilities["tensor_shape"]["dim"]] == ["-1", "3"]
+    assert signatures["predict_ids"]["inputs"]["token_ids"]["dtype"] == "DT_INT32"
+    assert signatures["metadata"]["inputs"] == {}
+
+
+def test_row_predictions_equal_the_saved_model(server, saved_models):
+    expected = direct(saved_models[0], TEXTS[:MAX_BATCH])
+    status, body, _ = request(server, "POST", "/v1/models/sst:predict",
+                              {"instances": TEXTS[:MAX_BATCH]})
+    assert status == 200
+    predictions = body["predictions"]
+    assert len(predictions) == MAX_BATCH
+    np.testing.assert_allclose([p["probabilities"] for p in predictions],
+                               expected["probabilities"], atol=1e-6)
+    assert [p["label"] for p in predictions] == _text(expected["label"])
+    assert [p["label_id"] for p in predictions] == expected["label_id"].tolist()
+    # Each text gets its own answer (the rows differ), in request order.
+    assert np.ptp(np.array([p["probabilities"] for p in predictions]), axis=0).max() > 2e-5
+    # The same with instances as objects, on the explicit version, and binary-encoded text.
+    encoded = [{"text": {"b64": base64.b64encode(t.encode()).decode()}}
+               for t in TEXTS[:MAX_BATCH]]
+    for path, instances in (("/v1/models/sst/versions/1:predict",
+                             [{"text": t} for t in TEXTS[:MAX_BATCH]]),
+                            ("/v1/models/sst:predict", encoded)):
+        status, again, _ = request(server, "POST", path, {"instances": instances})
+        assert status == 200 and again == body
+
+
+def test_columnar_predictions_equal_the_saved_model(server, saved_models):
+    expected = direct(saved_models[0], TEXTS[1:3])
+    for inputs in (TEXTS[1:3], {"text": TEXTS[1:3]}):
+        status, body, _ = request(server, "POST", "/v1/models/sst:predict", {"inputs": inputs})
+        assert status == 200
+        outputs = body["outputs"]
+        assert sorted(outputs) == sorted(expected)
+        np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"],
+                                   atol=1e-6)
+        assert outputs["label"] == _text(expected["label"])
+
+
+def test_other_signatures(server, saved_models):
+    from keras_attn.export.serving_module import load_saved_model
+
+    signatures = load_saved_model(saved_models[0]).signatures
+    ids = {"token_ids": [[2, 5, 7, 3], [2, 6, 3, 0]], "segment_ids": [[0] * 4] * 2,
+           "padding_mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}
+    expected = signatures["predict_ids"](**{k: tf.constant(v) for k, v in ids.items()})
+    status, body, _ = request(server, "POST", "/v1/models/sst:predict", {
+        "signature_name": "predict_ids",
+        "instances": [{k: v[row] for k, v in ids.items()} for row in range(2)]})
+    assert status == 200
+    # One output: TF Serving drops its name.
+    np.testing.assert_allclose(body["predictions"], expected["logits"].numpy(), atol=1e-6)
+    status, body, _ = request(server, "POST", "/v1/models/sst:predict",
+                              {"signature_name": "metadata", "inputs": {}})
+    assert status == 200
+    assert body["outputs"]["labels"] == ["negative", "neutral", "positive"]
+    assert body["outputs"]["task"] == "classification"
+
+
+def test_tagger_outputs_are_returned_as_the_signature_pads_them(saved_models):
+    directory, version = find_saved_model(saved_models[1].parent)
+    assert (directory, version) == (saved_models[1], "3")
+    api = RestApi(saved_models[1].parent, model_name="ner")
+    texts = ["anna was in new york", "paris"]
+    status, body = api.handle("POST", "/v1/models/ner/versions/3:predict",
+                              json.dumps({"instances": texts}).encode())
+    assert status == 200
+    expected = direct(saved_models[1], texts)
+    for row, prediction in enumerate(body["predictions"]):
+        assert sorted(prediction) == sorted(expected)
+        for name, value in expected.items():
+            value = value[row]
+            if value.dtype == object:
+                assert prediction[name] == _text(value), name
+            else:
+                assert prediction[name] == value.tolist(), name
+    # The short text's rows are padded to the longer one's, as the signature returns them.
+    assert len(body["predictions"][1]["words"]) == len(body["predictions"][0]["words"]) == 5
+    assert body["predictions"][1]["words"][1:] == [""] * 4
+    assert body["predictions"][1]["num_words"] == 1
+
+
+def test_concurrent_requests_get_their_own_answers(server, saved_models):
+    texts = [TEXTS[i % len(TEXTS)] for i in range(16)]
+    expected = direct(saved_models[0], texts)["probabilities"]
+
+    def one(text):
+        return request(server, "POST", "/v1/models/sst:predict", {"instances": [text]})
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, texts))
+    assert [status for status, _, _ in answers] == [200] * 16
+    got = [body["predictions"][0]["probabilities"] for _, body, _ in answers]
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+# --- bad requests --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b"{not json", 400, r"Invalid JSON at line 1 column 2"),
+    (b"", 400, r"Empty request body"),
+    (b"\xff\xfe", 400, r"not UTF-8"),
+    ([1, 2], 400, r"must be a JSON object .* received a list"),
+    ({"instances": []}, 400, r"`instances` is empty"),
+    ({"instances": "good"}, 400, r"`instances` must be a list .* received a string"),
+    ({"instances": [3]}, 400, r'Input "text" value 0 must be a string .* received a number'),
+    ({"instances": ["fine", None]}, 400, r'value 1 must be a string .* received a null'),
+    ({"instances": [["a", "b"]]}, 400, r'must have rank 1 \(shape \[-1\]\); the request gives '
+                                       r'shape \[1, 2\]'),
+    ({"instances": [{"txt": "good"}]}, 400, r"missing \['text'\], unknown \['txt'\]"),
+    ({"instances": ["x" * (MAX_TEXT_CHARS + 1)]}, 400,
+     rf"has {MAX_TEXT_CHARS + 1} characters; this server takes at most {MAX_TEXT_CHARS}"),
+    ({"instances": ["good"] * (MAX_BATCH + 1)}, 400,
+     rf"has {MAX_BATCH + 1} examples; this server takes at most {MAX_BATCH}"),
+    ({"inputs": {"text": []}}, 400, r'inputs\["text"\] is empty'),
+    ({"instances": ["a"], "inputs": ["a"]}, 400, r"either `instances` .* not both"),
+    ({"signature_name": "nope", "instances": ["a"]}, 400,
+     r'Serving signature name: "nope" not found'),
+    ({"instance": ["a"]}, 400, r"Unknown key\(s\) \['instance'\]"),
+    ({"signature_name": "predict_ids", "instances": [
+        {"token_ids": [2, 3], "segment_ids": [0, 0], "padding_mask": [1, 1]},
+        {"token_ids": [2, 3], "segment_ids": [0], "padding_mask": [1, 1]}]}, 400,
+     r'Input "segment_ids" is ragged: its lists have different lengths at depth 1'),
+    ({"signature_name": "predict_ids", "instances": [
+        {"token_ids": [2, 3.5], "segment_ids": [0, 0], "padding_mask": [1, 1]}]}, 400,
+     r'"token_ids" value 1 must be an integer \(DT_INT32\)'),
+    ({"instances": [{"b64": "***"}]}, 400, r"`b64` is not valid base64"),
+])
+def test_bad_predict_requests_get_400_and_the_server_stays_up(server, body, status, message):
+    got, answer, _ = request(server, "POST", "/v1/models/sst:predict", body)
+    assert got == status
+    assert re.search(message, answer["error"]), answer
+    assert request(server, "GET", "/v1/models/sst")[0] == 200
+
+
+def test_wrong_routes_methods_and_sizes(server):
+    cases = [
+        ("GET", "/v1/models/other", None, 404, r"Servable not found for request: Latest\(other\)"),
+        ("GET", "/v1/models/sst/versions/2", None, 404,
+         r"Servable not found for request: Specific\(sst, 2\)"),
+        ("GET", "/v2/anything", None, 404, r"Malformed request: GET /v2/anything"),
+        ("POST", "/v1/models/sst:classify", {"examples": []}, 404, r"implements :predict only"),
+        ("GET", "/v1/models/sst:predict", None, 405, r"GET is not allowed .* use POST"),
+        ("POST", "/v1/models/sst", {"instances": ["a"]}, 405, r"POST is not allowed .* use GET"),
+        ("PUT", "/v1/models/sst", b"{}", 405, r"PUT is not allowed"),
+        ("POST", "/v1/models/sst:predict", b"x" * (MAX_REQUEST_BYTES + 1), 413,
+         rf"has {MAX_REQUEST_BYTES + 1} bytes; this server takes at most {MAX_REQUEST_BYTES}"),
+    ]
+    for method, path, body, status, message in cases:
+        got, answer, headers = request(server, method, path, body)
+        assert got == status, (method, path, answer)
+        assert re.search(message, answer["error"]), answer
+        if status == 405:
+            assert headers["Allow"] == "GET, POST"
+    # No Content-Length: 411 (http.client always sends one, so write the request by hand).
+    connection = http.client.HTTPConnection(*server[0].server_address[:2], timeout=60)
+    connection.putrequest("POST", "/v1/models/sst:predict")
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 411
+    assert "Content-Length" in json.loads(response.read())["error"]
+    connection.close()
+    assert request(server, "GET", "/v1/models/sst")[0] == 200
+
+
+def test_failing_model_and_handler_give_500_and_the_server_stays_up(server, monkeypatch):
+    httpd, api, lines = server
+
+    def broken(**inputs):
+        raise RuntimeError("out of memory (simulated)")
+
+    monkeypatch.setitem(api.signatures, "serving_default", broken)
+    status, body, _ = request(server, "POST", "/v1/models/sst:predict", {"instances": ["a"]})
+    assert status == 500
+    assert body["error"] == "The model failed: RuntimeError: out of memory (simulated)"
+    monkeypatch.undo()
+
+    def crash(method, path, body):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(api, "handle", crash)
+    status, body, _ = request(server, "GET", "/v1/models/sst")
+    assert (status, body) == (500, {"error": "Internal error: KeyError: 'bug'"})
+    monkeypatch.undo()
+    assert request(server, "POST", "/v1/models/sst:predict", {"instances": ["good"]})[0] == 200
+    # Every answered request is logged with its status and latency.
+    assert any(re.search(r'"POST /v1/models/sst:predict" 500 \d+ bytes [\d.]+ ms', line)
+               for line in lines)
+
+
+def test_arguments_are_checked(saved_models, tmp_path):
+    with pytest.raises(ValueError, match="holds no SavedModel"):
+        RestApi(tmp_path)
+    with pytest.raises(ValueError, match="`max_batch` must be a positive integer"):
+        RestApi(saved_models[0], max_batch=0)
+    with pytest.raises(ValueError, match="`model_name` must be letters"):
+        RestApi(saved_models[0], model_name="a/b")
+    with pytest.raises(ValueError, match="`max_request_bytes` must be a positive integer"):
+        make_server(None, port=0, max_request_bytes=0)
+
+
+def test_cli_serves_until_stopped(saved_models):
+    """`keras-attn serve` in a subprocess on a free port: it prints its URL and answers."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keras_attn.cli", "serve", str(saved_models[0].parent),
+         "--model-name", "sst2", "--port", "0", "--max-batch", "2"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first = process.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/v1/models/sst2", first)
+        assert match, first
+        connection = http.client.HTTPConnection("127.0.0.1", int(match.group(1)), timeout=60)
+        connection.request("POST", "/v1/models/sst2:predict",
+                           json.dumps({"instances": ["good", "bad", "film"]}))
+        response = connection.getresponse()
+        assert response.status == 400  # --max-batch 2 reached the server
+        assert "at most 2 per request" in json.loads(response.read())["error"]
+        connection.request("POST", "/v1/models/sst2:predict", json.dumps({"instances": ["good"]}))
+        response = connection.getresponse()
+        assert response.status == 200
+        expected = direct(saved_models[0], ["good"])["probabilities"][0]
+        np.testing.assert_allclose(json.loads(response.read())["predictions"][0]
+                                   ["probabilities"], expected, atol=1e-6)
+        connection.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_cli_serve_reports_a_missing_saved_model(tmp_path, capsys):
+    from keras_attn.cli import main
+
+    assert main(["serve", str(tmp_path)]) == 2
+    assert "keras-attn serve: error:" in capsys.readouterr().err
