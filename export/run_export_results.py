@@ -23,10 +23,12 @@ RUNS = {"sst2_minilm": ("SST-2 dev accuracy", 0.005),
         "conll2003_minilm": ("CoNLL-2003 test entity F1", 0.010)}
 
 
-def export(name, runs_dir, artifacts_dir):
+def export(name, runs_dir, artifacts_dir, qat_max_steps=None):
     output = pathlib.Path(artifacts_dir) / name
     command = [sys.executable, "-m", "keras_attn.cli", "export",
                str(pathlib.Path(runs_dir) / name), "--output-dir", str(output)]
+    if qat_max_steps is not None:
+        command += ["--qat-max-steps", str(qat_max_steps)]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)
     return json.loads((output / "export_report.json").read_text(encoding="utf-8"))
@@ -71,14 +73,18 @@ def main(argv=None):
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--artifacts-dir", default="artifacts")
     parser.add_argument("--results", default=str(HERE.parent / "docs" / "export_results.md"))
+    parser.add_argument("--qat-max-steps", type=int,
+                        help="cap on QAT updates (default: one full epoch)")
     args = parser.parse_args(argv)
     from keras_attn.export.run_exporter import report_markdown
 
     lines = ["# Export results", "",
              "Measured with `python export/run_export_results.py`: each section is "
-             "`keras-attn export` of a fine-tuned MiniLM run of `docs/results.md`.", ""]
+             "`keras-attn export` of a fine-tuned MiniLM run of `docs/results.md`"
+             + (f", QAT capped at {args.qat_max_steps} updates (`--qat-max-steps`)"
+                if args.qat_max_steps else "") + ".", ""]
     for name in [n for n in RUNS if n in args.only]:
-        report = export(name, args.runs_dir, args.artifacts_dir)
+        report = export(name, args.runs_dir, args.artifacts_dir, args.qat_max_steps)
         title, allowed_drop = RUNS[name]
         lines += [f"## {name}: {title}", "", "| target | met | measured |", "| --- | --- | --- |"]
         for label, met, measured in target_checks(report, allowed_drop):

@@ -433,3 +433,18 @@ def test_from_dict_resolves_paths_only_with_a_base_dir(tmp_path):
     assert TrainingConfig.from_dict(MINIMAL).data.train == "train.tsv"
     config = TrainingConfig.from_dict(MINIMAL, base_dir=tmp_path)
     assert config.data.train == str(tmp_path / "train.tsv")
+
+
+def test_paths_are_absolute_when_the_config_is_named_relative_to_the_cwd(tmp_path, monkeypatch):
+    # The run saves its config: exporting or continuing it may start in another directory.
+    (tmp_path / "configs" / "data").mkdir(parents=True)
+    (tmp_path / "configs" / "data" / "train.tsv").write_text("x\n")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "dev.tsv").write_text("x\n")
+    write_config(tmp_path / "configs", "task: classification\n"
+                                       "data: {train: data/train.tsv, dev: shared/dev.tsv}\n"
+                                       "model: {checkpoint: minilm}\n")
+    monkeypatch.chdir(tmp_path)
+    config = TrainingConfig.from_file(pathlib.Path("configs") / "config.yaml")
+    assert config.data.train == str(tmp_path / "configs" / "data" / "train.tsv")
+    assert config.data.dev == str(tmp_path / "shared" / "dev.tsv")  # found from the cwd

@@ -148,8 +148,10 @@ class ActivationQuantizer(keras.layers.Layer):
             batch_min, batch_max = ops.min(x), ops.max(x)
         else:
             stats_mask = ops.broadcast_to(ops.cast(stats_mask, "bool"), ops.shape(x))
-            batch_min = ops.min(ops.where(stats_mask, x, float("inf")))
-            batch_max = ops.max(ops.where(stats_mask, x, float("-inf")))
+            # Large finite fillers rather than +-inf: the result is the same, and the graph
+            # stays clean for tf.debugging.enable_check_numerics.
+            batch_min = ops.min(ops.where(stats_mask, x, 1e30))
+            batch_max = ops.max(ops.where(stats_mask, x, -1e30))
         # Zero is kept inside the range so that it has an exact int8 code (zero point).
         batch_min = ops.minimum(batch_min, 0.0)
         batch_max = ops.maximum(batch_max, 0.0)

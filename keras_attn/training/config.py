@@ -17,6 +17,7 @@ Overrides use dotted keys (`train.learning_rate=3e-5`); the value is read as YAM
 
 import copy
 import dataclasses
+import os
 import pathlib
 
 import yaml
@@ -329,8 +330,11 @@ class TrainingConfig:
                 return value
             candidate = base / value
             # Paths are relative to the config file; fall back to the working directory
-            # for configs that name repository-relative paths.
-            return str(candidate) if candidate.exists() else value
+            # for configs that name repository-relative paths. Absolute either way: the run
+            # saves its config, and exporting or continuing it may start elsewhere.
+            if candidate.exists():
+                return os.path.abspath(candidate)
+            return os.path.abspath(value) if pathlib.Path(value).exists() else value
 
         for key in ("train", "dev", "test"):
             setattr(self.data, key, resolve(getattr(self.data, key)))
