@@ -25,6 +25,8 @@ PACKAGES = [
     ("keras_attn.training", "Training: config, strategies, optimizer, checkpoints"),
     ("keras_attn.quantization", "Quantization-aware training"),
     ("keras_attn.export", "Export: TFLite, ONNX, SavedModel, the export pipeline"),
+    ("keras_attn.inference", "Inference: one predictor over every artifact, the TF Serving "
+                             "REST server"),
 ]
 
 

@@ -30,6 +30,7 @@ words the graph located (words wholly past the sequence length are counted in
 `keras_attn.export.text_tflite` its word boundaries differ from BERT's.
 """
 
+import abc
 import json
 import pathlib
 import types
@@ -44,7 +45,7 @@ class PredictorError(ValueError):
     """An artifact that cannot be loaded: unknown kind, missing or inconsistent side files."""
 
 
-class Predictor:
+class Predictor(abc.ABC):
     """Texts -> one result dict per text (see the module docstring for the format).
 
     Subclasses implement `_predict(texts)` for a list of at most `batch_size` texts.
@@ -92,8 +93,9 @@ class Predictor:
             results.extend(self._predict(list(texts[start:start + batch_size])))
         return results
 
+    @abc.abstractmethod
     def _predict(self, texts):
-        raise NotImplementedError
+        """Result dicts of at most `batch_size` texts, in order."""
 
     def __repr__(self):
         return f"{type(self).__name__}({str(self.path)!r}, task={self.task!r})"
