@@ -96,13 +96,13 @@ def run_demo(output_dir, tasks=("sentiment", "entities"), model=None, epochs=Non
     output_dir.mkdir(parents=True, exist_ok=True)
     options = export_options or ExportOptions(qat_epochs=1, latency_runs=30)
     options.check()  # before any training: a bad option must not cost a fine-tuning run
-    for name in tasks:
-        demo_config(name, output_dir, model=model, epochs=epochs)
+    configs = {name: demo_config(name, output_dir, model=model, epochs=epochs)
+               for name in tasks}
     started = time.perf_counter()
     steps = [(name, kind) for name in tasks for kind in ("fine-tune", "export")]
     results = {}
     for number, (name, kind) in enumerate(steps, start=1):
-        config = demo_config(name, output_dir, model=model, epochs=epochs)
+        config = configs[name]
         run_dir = pathlib.Path(config.output_dir)
         export_dir = output_dir / name / "export"
         header = f"[{number}/{len(steps)}] {name}: {kind}"
