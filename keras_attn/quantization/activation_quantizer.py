@@ -143,6 +143,11 @@ class ActivationQuantizer(keras.layers.Layer):
             x = keras.quantizers.fake_quant_with_min_max_vars(x, low, high, num_bits=8)
         return ops.cast(x, inputs.dtype)
 
+    def step(self):
+        """The width of one int8 code of the current range, `(max - min) / 255`."""
+        low, high = self.frozen_range or (self.min_value, self.max_value)
+        return (high - low) / 255.0
+
     def _update_range(self, x, stats_mask):
         if stats_mask is None:
             batch_min, batch_max = ops.min(x), ops.max(x)
