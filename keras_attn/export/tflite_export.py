@@ -55,8 +55,9 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
         variants: names from `TFLITE_VARIANTS`.
         sequence_length: int, the fixed sequence length `L` of the signature.
         representative_data: iterable of input dicts of `(B, L)` int arrays, real inputs.
-            Required by `int8_ptq` (the ranges) and by `int8`, where the converter uses it
-            only for the tensors without fake quantization (the LayerNorm internals).
+            Required by `int8_ptq` (the ranges) and by `int8`, where the converter
+            calibrates with it only the few tensors without a fake quant (the products
+            `centered * inverse_std * gamma` inside each LayerNorm).
         file_prefix: str, file name prefix.
 
     Returns:
