@@ -47,10 +47,10 @@ def layer_norm(x, gamma, beta, epsilon, quantizers=None, training=None):
     if quantizers is not None and quantizers["variance"].quantize:
         # A row whose variance is under half a step of the variance range rounds to
         # code 0, and rsqrt(0) = inf would poison the ranges and then every weight
-        # (measured: NaN at step 15 of QAT on SST-2 MiniLM). int8 TFLite RSQRT maps
-        # code 0 to the top of its output range; flooring at one step gives the same
-        # (rsqrt(step) is clipped there by the `inverse_std` range) without inf, and
-        # the MAXIMUM with a constant of the same scale converts to an exact int8 op.
+        # (measured: NaN at step 15 of QAT on SST-2 MiniLM). Floored at one step, such
+        # rows get rsqrt(step), clipped to the `inverse_std` range; the MAXIMUM with a
+        # constant of the same scale converts to an exact int8 op, so the int8 TFLite
+        # model computes what QAT trained with.
         variance = ops.maximum(variance, ops.maximum(quantizers["variance"].step(), epsilon))
     inverse_std = q("inverse_std", ops.rsqrt(variance))  # (N, 1)
     return centered * inverse_std * gamma + beta  # (N, H)

@@ -40,10 +40,10 @@ class QatEncoderBlock(keras.layers.Layer):
     Computes the function of `TransformerEncoderBlock(fused_qkv=True)`: its fused
     Q/K/V kernel `(H, 3, n, d)` is stored flattened as `(H, 3H)` (`1/sqrt(d)` is folded
     into the query columns inside the graph, so the stored weights are the float
-    model's). Layout: 2-D matmuls `(B*T, H) x (H, out)`, Q, K and V by one split
-    of `(B*T, 3H)`, heads by reshape `(B, T, n, d)` + transpose, and two batched matmuls per head group. Every matmul
-    output, residual sum, LayerNorm output, GELU output and the softmax output is
-    quantized once, where it is produced.
+    model's). Layout: 2-D matmuls `(B*T, H) x (H, out)`, Q, K and V by one split of
+    `(B*T, 3H)`, heads by reshape `(B, T, n, d)` + transpose, and two batched matmuls
+    per head group. Every matmul output, residual sum, LayerNorm output, GELU output and
+    the softmax output is quantized once, where it is produced.
 
     Padding mask in int8: padded keys are set to the bottom of the score range, which
     `ActivationQuantizer(mask_margin=...)` places `attention_mask_margin` below the EMA
