@@ -683,16 +683,9 @@ class Driver:
 
 
 def _machine():
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+    from keras_attn.machine import cpu_model
+
+    return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "load_average_start": os.getloadavg()}
 
 

@@ -11,10 +11,11 @@ epoch, the wall time and the machine.
 import argparse
 import json
 import pathlib
-import platform
 import subprocess
 import sys
 import time
+
+from keras_attn.machine import cpu_model
 
 HERE = pathlib.Path(__file__).resolve().parent
 RUNS = {
@@ -25,16 +26,6 @@ RUNS = {
     "conll2003_scratch": ("CoNLL-2003", "test entity F1",
                           "from scratch (bert_mini: 4 layers, hidden 256, CRF)", None),
 }
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def run(name, runs_dir):

@@ -546,19 +546,11 @@ def _version():
 
 
 def _machine():
-    import platform
-
     import tensorflow as tf
 
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "tensorflow": tf.__version__,
+    from keras_attn.machine import cpu_model
+
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "tensorflow": tf.__version__,
             "keras": keras.__version__}
 
 
