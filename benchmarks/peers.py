@@ -101,27 +101,37 @@ class BenchConfig:
 # === FLOPs and parameter counts ===
 
 def training_flops_per_step(config):
-    """Analytic FLOPs of one training step (forward + backward), matmuls only.
+    """Analytic FLOPs one training step of the classifier needs (forward + backward),
+    matmuls only.
 
-        N_enc  = L (4 H^2 + 2 H F)                 weights in the encoder's matmuls
-        fwd    = 2 N_enc B T                       Q, K, V, O and the FFN, every token
-               + 4 L B T^2 H                       Q K^T and A V, every head together
-               + 2 B (H^2 + H C)                   pooler and classifier, [CLS] only
+    The logits read only the [CLS] row of the last block, so that block needs its keys and
+    values for every token but its query, attention, output projection and FFN for [CLS]
+    only; the other `L - 1` blocks need every token:
+
+        N_enc  = 4 H^2 + 2 H F                     weights of Q, K, V, O and the FFN
+        fwd    = 2 (L - 1) N_enc B T               first L - 1 blocks, every token
+               + 4 (L - 1) B T^2 H                 their Q K^T and A V
+               + 4 H^2 B T                         last block: K and V, every token
+               + 2 (2 H^2 + 2 H F) B + 4 B T H     last block: Q, O, FFN, Q K^T, A V of [CLS]
+               + 2 B (H^2 + H C)                   pooler and classifier
         step   = 3 fwd                             backward = 2 x forward
 
-    so `step = 6 N_enc B T + 12 L B T^2 H + 6 B (H^2 + H C)`. Embedding lookups, layer
-    norms, softmax, GELU and the optimizer update are not counted (they are not matmuls;
-    MFU is the share of the matmul peak the step reaches).
+    A model that also computes the unused rows (keras-hub's does) does more work than
+    this, which MFU does not count, as it does not count recomputation. Embedding
+    lookups, layer norms, softmax, GELU and the optimizer update are not counted either
+    (they are not matmuls; MFU is the share of the matmul peak the step reaches).
 
     Example:
     >>> training_flops_per_step(BenchConfig(num_layers=1, hidden_dim=4, num_heads=2,
     ...     intermediate_dim=8, sequence_length=3, batch_size=2, num_classes=2))
-    5760
+    2880
     """
     L, H, F = config.num_layers, config.hidden_dim, config.intermediate_dim
     B, T, C = config.batch_size, config.sequence_length, config.num_classes
-    encoder_weights = L * (4 * H * H + 2 * H * F)
-    forward = 2 * encoder_weights * B * T + 4 * L * B * T * T * H + 2 * B * (H * H + H * C)
+    block_weights = 4 * H * H + 2 * H * F
+    forward = (2 * (L - 1) * block_weights * B * T + 4 * (L - 1) * B * T * T * H
+               + 4 * H * H * B * T + 2 * (2 * H * H + 2 * H * F) * B + 4 * B * T * H
+               + 2 * B * (H * H + H * C))
     return 3 * forward
 
 
@@ -877,9 +887,9 @@ def render_markdown(results):
         f"- Matmul peak (fp32, `tf.linalg.matmul`): {_fmt(peak)} GFLOP/s at the start, "
         f"{_fmt(peak_end)} at the end"
         + (f"; bfloat16 {_fmt(peak_bf16)} GFLOP/s" if peak_bf16 else "") + ".",
-        f"- Analytic training FLOPs per step: {flops / 1e9:,.2f} GFLOP "
-        f"(6 N_enc B T + 12 L B T² H + 6 B (H² + H C)); parameters expected: "
-        f"{results['expected_parameters']:,}.",
+        f"- Analytic training FLOPs per step, the matmuls the logits need (the last "
+        f"block's query, attention and FFN for [CLS] only; MFU uses it for everyone): "
+        f"{flops / 1e9:,.2f} GFLOP; parameters expected: {results['expected_parameters']:,}.",
         "",
     ]
     train = _train_summary(results)

@@ -89,6 +89,40 @@ def test_fused_qkv_equals_unfused_with_the_same_weights():
     np.testing.assert_allclose(fused(X, other, X[:, :4]), unfused(X, other, X[:, :4]), atol=1e-5)
 
 
+def test_fused_projection_with_unknown_batch_and_length_equals_numpy():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True)
+    layer(X)
+    kernel, bias = [np.asarray(w) for w in layer.get_weights()[:2]]  # (d, 3, H, dk), (3, H, dk)
+    expected = np.einsum("btd,dnhk->btnhk", X, kernel) + bias  # (B, T, 3, H, dk)
+    q, k, v = layer._project(X, X, X, self_attention=True)
+    np.testing.assert_allclose(np.stack([q, k, v], axis=2), expected, atol=1e-5)
+    memory = X[:, :3]
+    q, k, v = layer._project(X, memory, memory, self_attention=False)
+    np.testing.assert_allclose(q, expected[:, :, 0], atol=1e-5)
+    np.testing.assert_allclose(np.stack([k, v], axis=2), expected[:, :3, 1:], atol=1e-5)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        traced = tf.function(
+            lambda x: tf.stack(layer._project(x, x, x, self_attention=True), axis=2),
+            input_signature=[tf.TensorSpec((None, None, 8), tf.float32)])
+        np.testing.assert_allclose(traced(X), expected, atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TF graph ops")
+def test_fused_projection_traces_to_matmul_not_einsum_in_bfloat16():
+    # TF's CPU Einsum kernel has no fast bfloat16 path (15x slower than MatMul, which made
+    # mixed_bfloat16 training 3x slower than float32), so the projection must be a MatMul.
+    import tensorflow as tf
+
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True, dtype="mixed_bfloat16")
+    layer(X)
+    project = tf.function(lambda x: layer._project(x, x, x, self_attention=True))
+    graph = project.get_concrete_function(tf.TensorSpec((None, None, 8), tf.bfloat16)).graph
+    op_types = {op.type for op in graph.get_operations()}
+    assert "MatMul" in op_types and "Einsum" not in op_types, sorted(op_types)
+
+
 def test_causal_mask_never_leaks_the_future():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     base = ops.convert_to_numpy(layer(X, use_causal_mask=True))

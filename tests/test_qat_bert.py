@@ -127,3 +127,21 @@ def test_errors_name_the_problem():
         QatBert.from_float(classifier, weight_quantization="per_row")
     with pytest.raises(ValueError, match="at least one batch"):
         QatBert.from_float(classifier).calibrate([])
+
+
+@pytest.mark.parametrize("quantize", [False, True])
+def test_block_query_length_equals_the_first_rows(quantize):
+    from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
+
+    keras.utils.set_random_seed(1)
+    block = QatEncoderBlock(num_heads=2, intermediate_dim=32, quantize=quantize, decay=0.5)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3, LENGTH, 16)).astype("float32")
+    mask = batch(3, size=3)["padding_mask"]
+    for _ in range(3):  # EMA ranges from the full rows
+        block(x, padding_mask=mask, training=True)
+    full = keras.ops.convert_to_numpy(block(x, padding_mask=mask))
+    for q in (1, 2):
+        rows = keras.ops.convert_to_numpy(block(x, padding_mask=mask, query_length=q))
+        assert rows.shape == (3, q, 16)
+        np.testing.assert_allclose(rows, full[:, :q], atol=1e-5)

@@ -47,7 +47,7 @@ def train_run(directory, values):
 def classification(tmp_path_factory):
     root = tmp_path_factory.mktemp("classification")
     data = write_data(root / "data")
-    values = config_dict(data, root / "run", epochs=10, learning_rate=1e-2)
+    values = config_dict(data, root / "run", epochs=16, learning_rate=1e-2)  # see test_trainer
     values["data"]["test"] = str(data / "dev.tsv")
     run = train_run(root / "run", values)
     logs = []

@@ -127,7 +127,9 @@ def test_predict_ids_signature_equals_model(classifier, tokenizer):
         "padding_mask": tf.cast(packed["padding_mask"], tf.int32),
     }
     out = saved.signatures["predict_ids"](**inputs)
-    np.testing.assert_allclose(out["logits"].numpy(), model(inputs, training=False), atol=1e-6)
+    # The fixture's output kernel magnifies the tiny spread of the pooled state (by about
+    # 1e3), so the float32 rounding of the traced graph shows at 1e-5 in the logits.
+    np.testing.assert_allclose(out["logits"].numpy(), model(inputs, training=False), atol=1e-4)
 
 
 def test_metadata_and_assets(classifier, tokenizer):

@@ -106,15 +106,16 @@ def in_process(tmp_path, name, dropout=0.1, **train):
 
 
 def test_training_learns_and_writes_its_results(tmp_path):
-    weights, results = in_process(tmp_path, "run", epochs=10, learning_rate=1e-2)
+    # 16 epochs: at 10, one seed in five of this toy run had not yet left chance level.
+    weights, results = in_process(tmp_path, "run", epochs=16, learning_rate=1e-2)
     assert results["best_dev"]["accuracy"] >= 0.9  # the toy task is learnable
     output = tmp_path / "run"
     for name in ("model.keras", "metrics.json", "vocab.txt", "labels.txt", "config.json",
                  "best.weights.h5"):
         assert (output / name).is_file(), name
     metrics = json.loads((output / "metrics.json").read_text())
-    assert [r["epoch"] for r in metrics["history"]] == list(range(1, 11))
-    assert metrics["updates"] == 10 * 12  # 96 examples / 8 per update, 10 epochs
+    assert [r["epoch"] for r in metrics["history"]] == list(range(1, 17))
+    assert metrics["updates"] == 16 * 12  # 96 examples / 8 per update, 16 epochs
     assert list((output / "tensorboard").iterdir())
     # The saved model is the best epoch's and scores what metrics.json says.
     import keras

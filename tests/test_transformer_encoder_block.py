@@ -233,3 +233,48 @@ def test_model_size_not_divisible_by_heads():
     block = TransformerEncoderBlock(num_heads=3, intermediate_dim=FF)
     with pytest.raises(ValueError, match="Received: d_model=8, num_heads=3"):
         block(np.ones((B, T, D), "float32"))
+
+
+# === query_length: only the first q rows as queries ===
+
+
+@pytest.mark.parametrize("norm_first, fused_qkv", [(False, True), (False, False), (True, True)])
+def test_query_length_equals_the_first_rows_of_the_full_output(norm_first, fused_qkv):
+    x, padding_mask = padded_inputs(seed=3)
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF, norm_first=norm_first,
+                                    fused_qkv=fused_qkv)
+    block(x)
+    randomize(block)
+    rng = np.random.default_rng(4)
+    attention_mask = rng.random((B, T, T)) > 0.3
+    attention_mask[:, :, 0] = True  # every query sees at least one real key
+    bias = rng.normal(size=(1, H, T, T)).astype("float32")
+    full, full_scores = block(x, padding_mask=padding_mask, attention_mask=attention_mask,
+                              attention_bias=bias, return_attention_scores=True)
+    for q in (1, 3):
+        out, scores = block(x, padding_mask=padding_mask, attention_mask=attention_mask,
+                            attention_bias=bias, return_attention_scores=True, query_length=q)
+        assert tuple(out.shape) == (B, q, D)
+        np.testing.assert_allclose(ops.convert_to_numpy(out),
+                                   ops.convert_to_numpy(full)[:, :q], atol=1e-5)
+        np.testing.assert_allclose(ops.convert_to_numpy(scores),
+                                   ops.convert_to_numpy(full_scores)[:, :, :q], atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"query_length": 0}, "query_length=0"),
+    ({"query_length": 1.0}, "query_length=1.0"),
+    ({"query_length": True}, "query_length=True"),
+    ({"query_length": 1, "use_causal_mask": True}, "use_causal_mask=True"),
+])
+def test_query_length_errors(kwargs, match):
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF)
+    with pytest.raises(ValueError, match=match):
+        block(np.zeros((B, T, D), "float32"), **kwargs)
+
+
+def test_query_length_refuses_an_implicit_keras_mask():
+    block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF)
+    embedded = keras.layers.Embedding(10, D, mask_zero=True)(np.array([[1, 2, 0, 0]]))
+    with pytest.raises(ValueError, match="pass `padding_mask` instead"):
+        block(embedded, query_length=1)

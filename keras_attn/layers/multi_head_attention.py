@@ -330,7 +330,7 @@ class MultiHeadAttention(keras.layers.Layer):
         # strided slice writes a zero tensor the size of the whole fused tensor (measured:
         # the projection's forward + backward 87 -> 28 ms, a training step +11 %).
         if self_attention:
-            qkv = ops.einsum("btd,dnhk->btnhk", query, kernel)  # (B, T, 3, H, dk)
+            qkv = _matmul_heads(query, kernel)  # (B, T, 3, H, dk)
             if bias is not None:
                 qkv = qkv + bias
             q, k, v = ops.unstack(qkv, 3, axis=2)  # 3 x (B, T, H, dk)
@@ -339,7 +339,7 @@ class MultiHeadAttention(keras.layers.Layer):
         biases = (None,) * 3 if bias is None else ops.unstack(bias, 3, axis=0)
 
         def project(x, index):
-            y = ops.einsum("btd,dhk->bthk", x, kernels[index])  # (B, T, H, dk)
+            y = _matmul_heads(x, kernels[index])  # (B, T, H, dk)
             return y if biases[index] is None else y + biases[index]
 
         q = project(query, 0)
@@ -396,3 +396,17 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         return config
 
+
+def _matmul_heads(x, kernel):
+    """`x (..., d) @ kernel (d, *heads) -> (..., *heads)` as one 2-D matmul.
+
+    Not `ops.einsum`: TensorFlow's CPU Einsum kernel has no fast bfloat16 path. For the
+    fused projection at B=32, T=128, d=256 (forward + backward) it took 864 ms in bfloat16
+    against 57 ms for this reshape-matmul-reshape (35 vs 33 ms in float32), which made
+    `mixed_bfloat16` training 3x slower than float32.
+    """
+    leading = ops.shape(x)[:-1]
+    heads = tuple(kernel.shape[1:])
+    y = ops.matmul(ops.reshape(x, (-1, kernel.shape[0])),
+                   ops.reshape(kernel, (kernel.shape[0], -1)))
+    return ops.reshape(y, (*leading, *heads))

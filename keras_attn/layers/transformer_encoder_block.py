@@ -62,14 +62,21 @@ class TransformerEncoderBlock(TransformerBlockBase):
         use_causal_mask: bool, forbid attending to later positions. Defaults to `False`.
         return_attention_scores: bool, also return the attention probabilities.
         training: bool, enables dropout.
+        query_length: optional int `q`; only the first `q` positions are computed as
+            queries (all `T` positions stay keys and values), and the output is
+            `(B, q, d_model)`: what the first `q` rows of the full output would be. A
+            classifier that reads only `[CLS]` from the last block uses `query_length=1`
+            and skips the scores, output projection and FFN of the other `T - 1` rows.
+            Not combined with `use_causal_mask` or a Keras implicit mask.
         inputs_mask, mask: the Keras implicit mask of `inputs` (from `Embedding(
             mask_zero=True)` or `Masking`); Keras fills `mask` when `inputs` is the only
             tensor argument and `inputs_mask` otherwise. Do not pass them: use
             `padding_mask`. All mask sources are AND-ed.
 
     Returns:
-        `(B, T, d_model)` tensor, or `(outputs, scores)` with `return_attention_scores`,
-        scores of shape `(B, H, T, T)`. The output keeps the Keras mask of `inputs`.
+        `(B, T, d_model)` tensor (`(B, q, d_model)` with `query_length`), or
+        `(outputs, scores)` with `return_attention_scores`, scores of shape `(B, H, T, T)`
+        (`(B, H, q, T)`). The output keeps the Keras mask of `inputs`.
 
     Example:
     >>> block = TransformerEncoderBlock(num_heads=2, intermediate_dim=16)
@@ -107,22 +114,35 @@ class TransformerEncoderBlock(TransformerBlockBase):
         use_causal_mask=False,
         return_attention_scores=False,
         training=None,
+        query_length=None,
         inputs_mask=None,
         mask=None,
     ):
+        if query_length is not None:
+            self._check_query_length(query_length, use_causal_mask, inputs_mask, mask)
         padding_mask = and_masks(padding_mask, inputs_mask, mask)  # (B, T)
 
         # === Self-attention sublayer ===
         residual = inputs  # (B, T, d)
         x = self.self_attention_layer_norm(inputs) if self.norm_first else inputs
+        attention_inputs = (x,)  # self-attention: one fused Q/K/V matmul
+        if query_length is not None:
+            # Keys and values still come from all T positions; only the rows that are
+            # read later are queries, so everything after the scores shrinks to q rows.
+            residual = residual[:, :query_length]  # (B, q, d)
+            attention_inputs = (x[:, :query_length], x)  # queries (B, q, d), keys (B, T, d)
+            if attention_mask is not None:
+                attention_mask = attention_mask[:, :query_length]  # (B, q, T)
+            if attention_bias is not None and len(attention_bias.shape) >= 2:
+                attention_bias = attention_bias[..., :query_length, :]  # (..., q, T)
         attended = self.self_attention(
-            x, padding_mask=padding_mask, attention_mask=attention_mask,
+            *attention_inputs, padding_mask=padding_mask, attention_mask=attention_mask,
             attention_bias=attention_bias, use_causal_mask=use_causal_mask,
             return_attention_scores=return_attention_scores, training=training,
         )
         scores = None
         if return_attention_scores:
-            attended, scores = attended  # (B, T, d), (B, H, T, T)
+            attended, scores = attended  # (B, q, d), (B, H, q, T)
         x = ops.add(residual, self.self_attention_dropout(attended, training=training))
         if not self.norm_first:
             x = self.self_attention_layer_norm(x)  # (B, T, d)
@@ -130,4 +150,25 @@ class TransformerEncoderBlock(TransformerBlockBase):
         # === Feed-forward sublayer ===
         x = self._feedforward_sublayer(x, training)  # (B, T, d)
         return (x, scores) if return_attention_scores else x
+
+    def _check_query_length(self, query_length, use_causal_mask, inputs_mask, mask):
+        if isinstance(query_length, bool) or not isinstance(query_length, int) \
+                or query_length < 1:
+            raise ValueError(
+                f"`query_length` must be a positive int (the number of leading positions "
+                f"computed as queries). Received: query_length={query_length!r}"
+            )
+        if use_causal_mask:
+            raise ValueError(
+                "`query_length` is for bidirectional encoders; with `use_causal_mask=True` "
+                "compute all positions. Received: query_length="
+                f"{query_length}, use_causal_mask=True"
+            )
+        if inputs_mask is not None or mask is not None:
+            raise ValueError(
+                "`query_length` cannot keep a Keras implicit mask (from "
+                "`Embedding(mask_zero=True)` or `Masking`) aligned with its shorter output; "
+                f"pass `padding_mask` instead. Received: query_length={query_length} with "
+                "an implicit mask on `inputs`"
+            )
 

@@ -39,7 +39,8 @@ class QatBert(keras.Model):
     same function with the same weights (`from_float` maps them, `to_float` writes them
     back), built from `QatEmbeddings`, `QatEncoderBlock` and `QuantizedDense`, whose
     graphs are the int8 TFLite layout (2-D matmuls, reshape/transpose heads, batched
-    matmuls, GATHER embeddings) with every activation fake-quantized once where it is
+    matmuls, GATHER embeddings; the classification head's last block computes only the
+    [CLS] query row) with every activation fake-quantized once where it is
     produced (`ActivationQuantizer`, EMA ranges) and weights fake-quantized symmetrically,
     per output channel by default.
 
@@ -139,10 +140,14 @@ class QatBert(keras.Model):
         }
         x = embeddings(inputs["token_ids"], inputs["segment_ids"])  # (B, T, H)
         x = embeddings_dropout(x)
-        for block in blocks:
+        for block in blocks[:-1]:
             x = block(x, padding_mask=inputs["padding_mask"])  # (B, T, H)
         if head == "classification":
+            # The pooler reads only [CLS]: the last block computes that one query row.
+            x = blocks[-1](x, padding_mask=inputs["padding_mask"], query_length=1)  # (B, 1, H)
             x = pooled_dense(x[:, 0, :])  # (B, H), the [CLS] row
+        else:
+            x = blocks[-1](x, padding_mask=inputs["padding_mask"])  # (B, T, H)
         logits = logits_dense(head_dropout(x))  # (B, C) or (B, T, C)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 

@@ -60,9 +60,11 @@ class QatEncoderBlock(keras.layers.Layer):
 
     Call arguments:
         inputs: `(B, T, H)`. padding_mask: `(B, T)` int, 1 for real tokens. training: bool.
+        query_length: optional int `q`: only the first `q` positions are queries (keys
+            and values use all `T`), as in `TransformerEncoderBlock`.
 
     Returns:
-        `(B, T, H)`.
+        `(B, T, H)`, or `(B, q, H)` with `query_length`.
 
     Example:
     >>> block = QatEncoderBlock(num_heads=2, intermediate_dim=8)
@@ -169,13 +171,14 @@ class QatEncoderBlock(keras.layers.Layer):
             "feedforward_output": matmul_bound(self.feedforward_output_kernel, wq),
         }
 
-    def call(self, inputs, padding_mask, training=None):
+    def call(self, inputs, padding_mask, training=None, query_length=None):
         q = self.quantizers
         H = inputs.shape[-1]
         n = self.num_heads
         d = H // n
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
         x = ops.reshape(inputs, (-1, H))  # (B*T, H)
+        rows = length if query_length is None else query_length  # q, the query rows
 
         # === Self-attention ===
         scale = self._query_scale()  # (3H,)
@@ -185,36 +188,41 @@ class QatEncoderBlock(keras.layers.Layer):
         # SPLIT, and the slices cut its graph (fp32 TFLite L4/H256, T=128: 10 -> 6
         # partitions, 13.2 -> 10.5 ms).
         query, key, value = ops.split(qkv, 3, axis=-1)  # 3 x (B*T, H)
+        if query_length is not None:
+            # Only the first q rows are read later (the [CLS] row of a classifier's last
+            # block): they alone are queries, and the rest of the block runs on q rows.
+            query = ops.reshape(query, (batch, length, H))[:, :query_length]  # (B, q, H)
+            x = ops.reshape(inputs[:, :query_length], (-1, H))  # (B*q, H)
 
-        def heads(x, order):
-            return ops.transpose(ops.reshape(x, (batch, length, n, d)), order)
+        def heads(x, rows, order):
+            return ops.transpose(ops.reshape(x, (batch, rows, n, d)), order)
 
-        query = heads(query, (0, 2, 1, 3))  # (B, n, T, d)
-        key_t = heads(key, (0, 2, 3, 1))  # (B, n, d, T)
-        value = heads(value, (0, 2, 1, 3))  # (B, n, T, d)
-        scores = ops.matmul(query, key_t)  # (B, n, T, T)
+        query = heads(query, rows, (0, 2, 1, 3))  # (B, n, q, d)
+        key_t = heads(key, length, (0, 2, 3, 1))  # (B, n, d, T)
+        value = heads(value, length, (0, 2, 1, 3))  # (B, n, T, d)
+        scores = ops.matmul(query, key_t)  # (B, n, q, T)
         key_mask = ops.cast(padding_mask, "bool")[:, None, None, :]  # (B, 1, 1, T)
         scores = self.score_quantizer(scores, stats_mask=key_mask, training=training)
-        probs = self.probability_quantizer(ops.softmax(scores, axis=-1))  # (B, n, T, T)
+        probs = self.probability_quantizer(ops.softmax(scores, axis=-1))  # (B, n, q, T)
         probs = self.attention_dropout(probs, training=training)
-        context = ops.matmul(probs, value)  # (B, n, T, d)
+        context = ops.matmul(probs, value)  # (B, n, q, d)
         context = q["context_quantizer"](context, training=training)
-        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, H))  # (B*T, H)
-        attended = self._matmul(context, self.output_kernel, self.output_bias, "output")  # (B*T, H)
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, H))  # (B*q, H)
+        attended = self._matmul(context, self.output_kernel, self.output_bias, "output")  # (B*q, H)
         attended = q["attention_output_quantizer"](attended, training=training)
         attended = self.attention_output_dropout(attended, training=training)
         x = q["attention_residual_quantizer"](x + attended, training=training)
         x = layer_norm(x, self.attention_gamma, self.attention_beta, self.layer_norm_epsilon,
                        self.attention_layer_norm_quantizers, training)
-        x = q["attention_layer_norm_quantizer"](x, training=training)  # (B*T, H)
+        x = q["attention_layer_norm_quantizer"](x, training=training)  # (B*q, H)
 
         # === Feed-forward ===
         h = self._matmul(x, self.intermediate_kernel, self.intermediate_bias,
-                         "intermediate")  # (B*T, F)
+                         "intermediate")  # (B*q, F)
         h = q["intermediate_quantizer"](h, training=training)
         h = q["activation_quantizer"](self.activation(h), training=training)
         h = self._matmul(h, self.feedforward_output_kernel, self.feedforward_output_bias,
-                         "feedforward_output")  # (B*T, H)
+                         "feedforward_output")  # (B*q, H)
         h = q["feedforward_output_quantizer"](h, training=training)
         h = self.feedforward_dropout(h, training=training)
         x = q["feedforward_residual_quantizer"](x + h, training=training)
@@ -222,10 +230,7 @@ class QatEncoderBlock(keras.layers.Layer):
                        self.layer_norm_epsilon, self.feedforward_layer_norm_quantizers,
                        training)
         x = q["feedforward_layer_norm_quantizer"](x, training=training)
-        return ops.reshape(x, (batch, length, H))  # (B, T, H)
-
-    def compute_output_shape(self, inputs_shape, padding_mask_shape=None):
-        return inputs_shape
+        return ops.reshape(x, (batch, rows, H))  # (B, q, H); q = T by default
 
     def get_config(self):
         config = super().get_config()
