@@ -145,3 +145,13 @@ def test_block_query_length_equals_the_first_rows(quantize):
         rows = keras.ops.convert_to_numpy(block(x, padding_mask=mask, query_length=q))
         assert rows.shape == (3, q, 16)
         np.testing.assert_allclose(rows, full[:, :q], atol=1e-5)
+
+
+def test_block_query_length_must_be_a_positive_int():
+    from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
+
+    block = QatEncoderBlock(num_heads=2, intermediate_dim=32, quantize=False)
+    x, mask = np.zeros((1, LENGTH, 16), "float32"), np.ones((1, LENGTH), "int32")
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=f"query_length={bad}"):
+            block(x, padding_mask=mask, query_length=bad)

@@ -5,6 +5,9 @@ from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.transformer_block_base import TransformerBlockBase
 from keras_attn.layers.transformer_block_base import resolve_key_dim
+from keras_attn.layers.validation import check_positive_int
+
+QUERY_LENGTH_MEANING = "the leading positions computed as queries"
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -152,12 +155,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
         return (x, scores) if return_attention_scores else x
 
     def _check_query_length(self, query_length, use_causal_mask, inputs_mask, mask):
-        if isinstance(query_length, bool) or not isinstance(query_length, int) \
-                or query_length < 1:
-            raise ValueError(
-                f"`query_length` must be a positive int (the number of leading positions "
-                f"computed as queries). Received: query_length={query_length!r}"
-            )
+        check_positive_int("query_length", query_length, QUERY_LENGTH_MEANING)
         if use_causal_mask:
             raise ValueError(
                 "`query_length` is for bidirectional encoders; with `use_causal_mask=True` "

@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_attn.layers.transformer_block_base import get_activation
 from keras_attn.layers.transformer_block_base import serialize_activation
+from keras_attn.layers.transformer_encoder_block import QUERY_LENGTH_MEANING
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
@@ -178,6 +179,8 @@ class QatEncoderBlock(keras.layers.Layer):
         d = H // n
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
         x = ops.reshape(inputs, (-1, H))  # (B*T, H)
+        if query_length is not None:
+            check_positive_int("query_length", query_length, QUERY_LENGTH_MEANING)
         rows = length if query_length is None else query_length  # q, the query rows
 
         # === Self-attention ===
