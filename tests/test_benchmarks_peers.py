@@ -215,8 +215,9 @@ def test_quick_run_end_to_end(tmp_path):
 
     config = peers.BenchConfig(**results["config"])
     assert (config.num_layers, config.hidden_dim, config.sequence_length) == (1, 32, 16)
+    # L=1: the only block is the last one, computed for [CLS] beyond its keys and values.
     assert results["training_flops_per_step"] == matmul_by_matmul_flops(
-        L=1, H=32, A=2, F=64, T=16, B=4, C=2) == 3_565_056
+        L=1, H=32, A=2, F=64, T=16, B=4, C=2) == 984_576
     # (2048 + 64 + 2) 32 + 64 + [4 (32^2 + 32) + 2 (32) (64) + 64 + 32 + 128]
     # + (32^2 + 32) + (32 (2) + 2) = 67,712 + 8,544 + 1,056 + 66
     assert results["expected_parameters"] == 77_378
