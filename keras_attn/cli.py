@@ -127,6 +127,7 @@ def _export(args):
         options = ExportOptions(
             sequence_length=args.sequence_length, qat_epochs=args.qat_epochs,
             qat_learning_rate=args.qat_learning_rate, qat_max_steps=args.qat_max_steps,
+            float_residual=args.float_residual,
             calibration_examples=args.calibration_examples, eval_split=args.eval_split,
             max_eval_examples=args.max_eval_examples,
             latency_threads=tuple(args.latency_threads), latency_runs=args.latency_runs,
@@ -328,6 +329,9 @@ def build_parser():
     export.add_argument("--qat-learning-rate", type=float,
                         help="QAT peak learning rate (default: the run's / 10)")
     export.add_argument("--qat-max-steps", type=_positive_int, help="cap on QAT updates")
+    export.add_argument("--float-residual", action="store_true",
+                        help="QAT keeps the residual sums and LayerNorm internals in float "
+                             "(model_int8.tflite: every matmul int8, ADD and LayerNorm float)")
     export.add_argument("--calibration-examples", type=_positive_int, default=128,
                         help="training examples calibrating post-training quantization")
     export.add_argument("--eval-split", choices=("auto", "dev", "test"), default="auto",

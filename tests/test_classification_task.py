@@ -12,6 +12,7 @@ import pytest
 
 from keras_attn.text.errors import DataError
 from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.tasks.classification_task import ClassificationTask
 from keras_attn.training.trainer import Trainer
@@ -236,3 +237,82 @@ def test_truncated_examples_are_logged_per_file(tmp_path):
     for path, count in ((train_file, 2), (dev_file, 1)):
         assert [line for line in lines if path in line and re.search(
             rf"\b{count} examples? cut by max_length=16\b", line)], lines
+
+
+def test_fine_tunes_the_encoder_of_an_mlm_run(tmp_path):
+    """`model.checkpoint: <mlm run>`: the classifier starts from the pretrained encoder's
+    weights (rebuilt with `model.overrides`), its vocabulary and lower-casing, and learns."""
+    from keras_attn.training.tasks.masked_lm_task import MaskedLMTask
+    from keras_attn.training.tasks.ner_task import NerTask
+
+    train_file = write(tmp_path / "train.tsv", ["sentence\tlabel"] + sentiment_rows(96, 0))
+    dev_file = write(tmp_path / "dev.tsv", ["sentence\tlabel"] + sentiment_rows(32, 1))
+    encoder = {"num_layers": 1, "hidden_dim": 32, "num_heads": 2, "intermediate_dim": 64,
+               "max_sequence_length": MAX_LENGTH}
+    mlm = TrainingConfig.from_dict({
+        "task": "mlm", "output_dir": str(tmp_path / "mlm"),
+        "data": {"train": train_file, "text_column": "sentence", "max_length": MAX_LENGTH,
+                 "dupe_factor": 2},
+        "model": {"preset": "bert_tiny", "vocabulary_size": 100, "lowercase": False,
+                  "overrides": encoder},
+        "train": {"epochs": 1, "global_batch_size": 16, "learning_rate": 1e-3,
+                  "log_every_steps": 1000, "checkpoint_every_steps": 10000},
+    })
+    Trainer(mlm, log=lambda line: None).run()
+    pretrained = keras.saving.load_model(tmp_path / "mlm" / "model.keras").backbone
+
+    def config(**model):
+        return TrainingConfig.from_dict({
+            "task": "classification", "output_dir": str(tmp_path / "run"),
+            "data": {"train": train_file, "dev": dev_file, "text_column": "sentence",
+                     "label_column": "label", "max_length": MAX_LENGTH},
+            "model": {"checkpoint": str(tmp_path / "mlm"), "dropout": 0.0, **model},
+            "train": {"epochs": 10, "global_batch_size": 8, "learning_rate": 1e-2,
+                      "warmup_ratio": 0.1, "log_every_steps": 1000,
+                      "checkpoint_every_steps": 10000},
+        })
+
+    task = ClassificationTask(config(overrides={"dropout": 0.25}), tmp_path / "run")
+    task.prepare()
+    assert task.lowercase is False  # the pretraining run's, not the config's default
+    assert task.tokenizer.get_vocabulary() == (
+        tmp_path / "mlm" / "vocab.txt").read_text().splitlines()
+    model = task.build_model()
+    assert model.backbone.get_config()["dropout"] == 0.25
+    assert pretrained.get_config()["dropout"] == 0.1
+    for mine, theirs in zip(model.backbone.weights, pretrained.weights, strict=True):
+        assert mine.path == theirs.path
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    # The NER task takes the same encoder.
+    ner = NerTask(TrainingConfig.from_dict({**config().to_dict(), "task": "ner"}),
+                  tmp_path / "ner")
+    assert ner.pretraining_run() == tmp_path / "mlm" and ner.trained_run() is None
+    # The mlm task itself cannot fine-tune an mlm run's encoder this way.
+    assert MaskedLMTask(TrainingConfig.from_dict({**mlm.to_dict(), "model": {
+        "checkpoint": str(tmp_path / "mlm")}}), tmp_path / "m2").pretraining_run() is None
+
+    wider = ClassificationTask(config(overrides={"hidden_dim": 16}), tmp_path / "run")
+    wider.prepare()
+    with pytest.raises(ConfigError, match=r"model\.overrides=.*hidden_dim.*change the shape"):
+        wider.build_model()
+    too_long = ClassificationTask(TrainingConfig.from_dict(
+        {**config().to_dict(), "data": {**config().to_dict()["data"], "max_length": 32}}),
+        tmp_path / "run")
+    too_long.prepare()
+    with pytest.raises(ConfigError, match=r"data\.max_length=32 exceeds the "
+                                          r"max_sequence_length=16 .*use at most 16"):
+        too_long.build_model()
+
+    results = Trainer(config(), log=lambda line: None).run()
+    assert results["best_dev"]["accuracy"] >= 0.9
+
+
+def test_missing_checkpoint_directory_names_the_key(tmp_path):
+    train_file = write(tmp_path / "train.tsv", ["sentence\tlabel"] + sentiment_rows(8, 0))
+    config = TrainingConfig.from_dict({
+        "task": "classification", "output_dir": str(tmp_path / "run"),
+        "data": {"train": train_file, "text_column": "sentence", "label_column": "label"},
+        "model": {"checkpoint": str(tmp_path / "pretrain")}})
+    with pytest.raises(ConfigError, match=r"model\.checkpoint=.*pretrain: no such directory.*"
+                                          r"train that run first"):
+        ClassificationTask(config, tmp_path / "run").prepare()

@@ -169,3 +169,53 @@ def test_bad_mask_rate_names_the_key(tmp_path):
     # The config's range check catches it before the task reads any data.
     with pytest.raises(ConfigError, match=r"data\.mask_rate.*Received: data\.mask_rate=1\.5"):
         make_config(tmp_path, train_file, mask_rate=1.5)
+
+
+def test_table_of_texts_with_dupe_factor(tmp_path):
+    """A .tsv's text column is the corpus (one document per row, labels ignored); with
+    `dupe_factor=3` every training sequence appears 3 times with masks seeded by
+    (seed, split, index[, copy]) and copy 0 equals the unduplicated run; dev is masked once."""
+    rows = [" ".join(WORDS[k:] + WORDS[:k]) + f"\t{k % 2}" for k in range(6)]
+    train_file = write(tmp_path / "train.tsv", "sentence\tlabel\n" + "\n".join(rows) + "\n")
+    dev_file = write(tmp_path / "dev.tsv", "sentence\tlabel\n" + "\n".join(rows[:2]) + "\n")
+    tasks = {}
+    for copies in (1, 3):
+        config = make_config(tmp_path, train_file, dev_file, text_column="sentence",
+                             dupe_factor=copies)
+        tasks[copies] = MaskedLMTask(config, tmp_path / "run")
+        tasks[copies].prepare()
+    single, triple = tasks[1], tasks[3]
+    assert single.tokenizer.get_vocabulary() == triple.tokenizer.get_vocabulary()
+    assert "label" not in single.tokenizer.get_vocabulary()  # the header is not text
+    assert len(single.train_examples) == 6 and len(triple.train_examples) == 18
+    assert len(single.dev_examples) == len(triple.dev_examples) == 2
+
+    def clean(example):
+        ids = example["token_ids"].copy()
+        ids[example["mask_positions"]] = example["mask_ids"]
+        return ids
+
+    # Row k is one document: [CLS] + the 8 words of rotation k + [SEP].
+    words = single.tokenizer.tokenize([rows[4].split("\t")[0]]).to_list()[0]
+    assert clean(single.train_examples[4]).tolist() == (
+        [single.tokenizer.cls_token_id] + words + [single.tokenizer.sep_token_id])
+    for index in range(6):
+        copies = [triple.train_examples[copy * 6 + index] for copy in range(3)]
+        assert copies[0]["token_ids"].tolist() == single.train_examples[index]["token_ids"].tolist()
+        assert all(clean(c).tolist() == clean(copies[0]).tolist() for c in copies)
+        for copy, example in enumerate(copies):
+            key = [0, 0, index] + ([copy] if copy else [])
+            expected = mask_tokens(clean(example), np.random.default_rng(key), 0.15, 3,
+                                   triple.tokenizer.mask_token_id, triple.unselectable,
+                                   triple.random_pool)
+            assert expected[1].tolist() == example["mask_positions"].tolist()
+            assert expected[0].tolist() == example["token_ids"].tolist()
+    # The copies of a sequence are masked differently.
+    masks = {(e["index"], tuple(e["mask_positions"])) for e in triple.train_examples}
+    assert len(masks) > 6
+
+
+def test_dupe_factor_range_names_the_key(tmp_path):
+    train_file = write(tmp_path / "train.txt", corpus(2))
+    with pytest.raises(ConfigError, match=r"data\.dupe_factor=0"):
+        make_config(tmp_path, train_file, dupe_factor=0)

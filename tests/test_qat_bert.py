@@ -155,3 +155,5 @@ def test_block_query_length_must_be_a_positive_int():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=f"query_length={bad}"):
             block(x, padding_mask=mask, query_length=bad)
+    with pytest.raises(ValueError, match=f"at most the sequence length T={LENGTH}"):
+        block(x, padding_mask=mask, query_length=LENGTH + 1)

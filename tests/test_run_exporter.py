@@ -209,6 +209,12 @@ def test_missing_run_files_and_bad_options_are_clear_errors(tmp_path, classifica
         options(eval_split="train").check()
     with pytest.raises(ValueError, match="`latency_threads` must be positive integers"):
         options(latency_threads=(0,)).check()
+    with pytest.raises(ValueError, match="`float_residual` must be a bool"):
+        options(float_residual="yes").check()
+    # The finished qat/ of an all-int8 export is not silently reused for float_residual.
+    with pytest.raises(ExportError, match=r"qat holds a QAT model with float_residual=False, "
+                                          r"but this export asks for float_residual=True"):
+        export_run(run, classification[1], options(float_residual=True))
 
 
 def test_cli_exports_and_reports_errors(tmp_path, classification, capsys):

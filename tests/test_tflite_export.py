@@ -112,3 +112,61 @@ def test_errors(exported, tmp_path):
     with pytest.raises(ValueError, match=r"shape \(B, 16\)"):
         export_tflite(qat, str(tmp_path), variants=["int8"], sequence_length=LENGTH,
                       representative_data=[batch(0) | {"token_ids": np.zeros((1, 5))}])
+
+
+# Float ops of a `float_residual=True` int8 model: the residual ADDs and the LayerNorms
+# (MEAN, SUB, MUL, RSQRT, ADD), entered through QUANTIZE/DEQUANTIZE.
+FLOAT_RESIDUAL_OPS = {"ADD", "MEAN", "SUB", "MUL", "RSQRT", "QUANTIZE", "DEQUANTIZE"}
+
+
+def test_float_residual_keeps_outlier_dimensions_and_every_matmul_int8(tmp_path):
+    """A residual stream with an outlier dimension (as in BERT, Bondarenko et al., 2021):
+    all-int8 rounds the other dimensions coarsely; `float_residual=True` keeps the residual
+    sums and LayerNorms in float and every matmul in int8, and lands much closer to the
+    float model."""
+    keras.utils.set_random_seed(0)
+    backbone = BertBackbone(vocabulary_size=VOCAB, num_layers=2, num_heads=2, hidden_dim=16,
+                            intermediate_dim=32, max_sequence_length=LENGTH)
+    model = BertClassifier(backbone, num_classes=3)
+    logits = model.get_layer("logits")
+    logits.kernel.assign(logits.kernel.numpy() * 50)
+    outlier = backbone.get_layer("embeddings_layer_norm")
+    gamma = outlier.gamma.numpy()
+    gamma[0] = 60.0  # one residual dimension ~60x the others, carried by every block
+    outlier.gamma.assign(gamma)
+    calibration = [batch(seed) for seed in range(10, 14)]
+    x = batch(2, size=100)
+    reference = keras.ops.convert_to_numpy(model(x))
+    errors = {}
+    for float_residual in (False, True):
+        qat = QatBert.from_float(model, float_residual=float_residual)
+        qat.calibrate(calibration)
+        result = export_tflite(qat, str(tmp_path / str(float_residual)), variants=["int8"],
+                               sequence_length=LENGTH, representative_data=calibration)["int8"]
+        out = run_tflite(result["path"], x)
+        errors[float_residual] = np.abs(out - reference).max()
+        if float_residual:
+            assert set(result["non_int8_ops"]) <= FLOAT_RESIDUAL_OPS, result["non_int8_ops"]
+            assert result["non_int8_ops"]["QUANTIZE"] >= 1 + 2 * 2  # embeddings + 2 per block
+            fake_quant = keras.ops.convert_to_numpy(qat(x))
+            assert (out.argmax(-1) == fake_quant.argmax(-1)).mean() >= 0.99
+            assert np.abs(out - fake_quant).max() < 0.1 * np.abs(fake_quant).max()
+    assert errors[True] < 0.5 * errors[False], errors
+
+
+def test_float_residual_quantizers_and_config():
+    backbone = BertBackbone(vocabulary_size=VOCAB, num_layers=1, num_heads=2, hidden_dim=8,
+                            intermediate_dim=16, max_sequence_length=LENGTH)
+    qat = QatBert.from_float(BertClassifier(backbone, num_classes=2), float_residual=True)
+    floats = sorted({q.name for q in qat.activation_quantizers if not q.quantize})
+    assert floats == sorted(
+        ["attention_residual_quantizer", "feedforward_residual_quantizer"]
+        + [f"{prefix}layer_norm_{part}_quantizer"
+           for prefix in ("", "attention_", "feedforward_")
+           for part in ("mean", "centered", "variance", "inverse_std")])
+    twin = QatBert.from_config(qat.get_config())
+    assert twin.float_residual and qat.with_quantization(True).float_residual
+    assert not any(q.quantize for q in qat.with_quantization(False).activation_quantizers)
+    with pytest.raises(ValueError, match="`float_residual` must be a bool. Received: "
+                                         "float_residual='yes'"):
+        QatBert.from_float(BertClassifier(backbone, num_classes=2), float_residual="yes")

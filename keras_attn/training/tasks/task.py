@@ -12,6 +12,8 @@ import numpy as np
 from keras_attn.models.bert_backbone import BertBackbone
 
 PAD_MULTIPLE = 8
+# Tasks that can fine-tune the encoder of an `mlm` run (`model.checkpoint: <run dir>`).
+FINE_TUNING_TASKS = ("classification", "ner")
 
 
 def padded_length(lengths, max_length):
@@ -137,32 +139,58 @@ class BertTask(Task):
 
     def checkpoint_directory(self):
         checkpoint = self.config.model.checkpoint
-        return minilm_directory() if checkpoint == "minilm" else checkpoint
+        if checkpoint == "minilm":
+            return minilm_directory()
+        if not os.path.isdir(checkpoint):
+            from keras_attn.training.config import ConfigError
+
+            raise ConfigError(
+                f"model.checkpoint={checkpoint}: no such directory. Name 'minilm', a Hugging "
+                "Face BERT checkpoint directory, or the output_dir of a keras-attn train run "
+                "(train that run first)", self.config.source)
+        return checkpoint
+
+    def _run_directory(self):
+        """`(directory, task)` of the `keras-attn train` run `model.checkpoint` names, or
+        `(None, None)` for a backbone checkpoint or none."""
+        checkpoint = self.config.model.checkpoint
+        if checkpoint in (None, "minilm"):
+            return None, None
+        directory = pathlib.Path(checkpoint)
+        if not (directory / "model.keras").is_file():
+            return None, None
+        recorded = directory / "config.json"
+        task = json.loads(recorded.read_text("utf-8"))["task"] if recorded.is_file() else None
+        return directory, task
+
+    def pretraining_run(self):
+        """The `mlm` run directory `model.checkpoint` names when this task fine-tunes its
+        encoder (BERT's pretrain-then-fine-tune), else `None`."""
+        directory, task = self._run_directory()
+        return directory if task == "mlm" and self.name in FINE_TUNING_TASKS else None
 
     def trained_run(self):
         """The `keras-attn train` run directory `model.checkpoint` names (it holds
         `model.keras`: the whole task model, e.g. to continue with quantization-aware
-        training), or `None` for a backbone checkpoint or none."""
+        training), or `None` for a backbone checkpoint, a pretraining run or none."""
+        directory, task = self._run_directory()
+        if directory is None or self.pretraining_run() is not None:
+            return None
         checkpoint = self.config.model.checkpoint
-        if checkpoint in (None, "minilm"):
-            return None
-        directory = pathlib.Path(checkpoint)
-        if not (directory / "model.keras").is_file():
-            return None
-        recorded = directory / "config.json"
-        task = json.loads(recorded.read_text("utf-8"))["task"] if recorded.is_file() else None
         if task is not None and task != self.name:
             from keras_attn.training.config import ConfigError
 
             raise ConfigError(
                 f"model.checkpoint={checkpoint} is a run of task {task!r}; task {self.name!r} "
-                "cannot continue it: use a run of the same task", self.config.source)
+                "cannot continue it: use a run of the same task (or, for "
+                f"{' and '.join(FINE_TUNING_TASKS)}, an mlm run)", self.config.source)
         return directory
 
     @property
     def lowercase(self):
-        """Lower-casing of the tokenizer: a trained run's own setting, else the config's."""
-        run = self.trained_run()
+        """Lower-casing of the tokenizer: a trained or pretraining run's own setting, else
+        the config's."""
+        run = self.trained_run() or self.pretraining_run()
         if run is not None and (run / "config.json").is_file():
             return json.loads((run / "config.json").read_text("utf-8"))["model"]["lowercase"]
         return self.config.model.lowercase
@@ -222,6 +250,9 @@ class BertTask(Task):
         from keras_attn.checkpoints.hf_bert import load_hf_bert
 
         model = self.config.model
+        pretraining = self.pretraining_run()
+        if pretraining is not None:
+            return self.pretrained_backbone(pretraining)
         if model.checkpoint is not None:
             return load_hf_bert(self.checkpoint_directory(), allow_missing=("pooler",),
                                 **model.overrides)
@@ -229,6 +260,33 @@ class BertTask(Task):
                      "max_sequence_length": max(self.config.data.max_length, 16)}
         overrides.update(model.overrides)
         return BertBackbone.from_preset(model.preset, **overrides)
+
+    def pretrained_backbone(self, run):
+        """The encoder of the `mlm` run in `run`, rebuilt with `model.overrides` (e.g. a
+        fine-tuning dropout) and its trained weights; its position table must cover
+        `data.max_length`."""
+        from keras_attn.training.config import ConfigError
+
+        source = f"model.checkpoint={self.config.model.checkpoint}"
+        pretrained = keras.models.load_model(run / "model.keras", compile=False).backbone
+        config = {**pretrained.get_config(), **self.config.model.overrides}
+        config.pop("dtype", None)  # this run's dtype policy (train.mixed_precision) applies
+        backbone = BertBackbone.from_config(config)
+        try:
+            backbone.set_weights(pretrained.get_weights())
+        except ValueError as error:
+            raise ConfigError(
+                f"{source}: model.overrides={self.config.model.overrides} change the shape "
+                f"of the pretrained encoder's weights ({str(error).splitlines()[0]}); only "
+                "override shape-free arguments such as dropout", self.config.source) from None
+        if self.config.data.max_length > backbone.max_sequence_length:
+            raise ConfigError(
+                f"data.max_length={self.config.data.max_length} exceeds the "
+                f"max_sequence_length={backbone.max_sequence_length} of the encoder "
+                f"pretrained in {run}: use at most {backbone.max_sequence_length}",
+                self.config.source)
+        self.log(f"fine-tuning the encoder pretrained in {run / 'model.keras'}")
+        return backbone
 
     @staticmethod
     def bert_inputs(token_ids, length):
