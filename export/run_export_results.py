@@ -2,6 +2,8 @@
 
     python export/run_export_results.py [--runs-dir runs] [--artifacts-dir artifacts]
                                         [--only sst2_minilm conll2003_minilm]
+                                        [--float-residual] [--qat-epochs N]
+                                        [--qat-max-steps N]
 
 Each run is `keras-attn export <runs-dir>/<name> --output-dir <artifacts-dir>/<name>` (the
 runs come from `python training/run_results.py`); an export already written is reused. The
@@ -23,12 +25,10 @@ RUNS = {"sst2_minilm": ("SST-2 dev accuracy", 0.005),
         "conll2003_minilm": ("CoNLL-2003 test entity F1", 0.010)}
 
 
-def export(name, runs_dir, artifacts_dir, qat_max_steps=None):
+def export(name, runs_dir, artifacts_dir, flags=()):
     output = pathlib.Path(artifacts_dir) / name
     command = [sys.executable, "-m", "keras_attn.cli", "export",
-               str(pathlib.Path(runs_dir) / name), "--output-dir", str(output)]
-    if qat_max_steps is not None:
-        command += ["--qat-max-steps", str(qat_max_steps)]
+               str(pathlib.Path(runs_dir) / name), "--output-dir", str(output), *flags]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)
     return json.loads((output / "export_report.json").read_text(encoding="utf-8"))
@@ -75,16 +75,22 @@ def main(argv=None):
     parser.add_argument("--results", default=str(HERE.parent / "docs" / "export_results.md"))
     parser.add_argument("--qat-max-steps", type=int,
                         help="cap on QAT updates (default: one full epoch)")
+    parser.add_argument("--qat-epochs", type=int,
+                        help="QAT fine-tuning epochs (0: calibrate the ranges only)")
+    parser.add_argument("--float-residual", action="store_true",
+                        help="QAT with the residual sums and LayerNorm internals in float")
     args = parser.parse_args(argv)
+    flags = [*(["--qat-max-steps", str(args.qat_max_steps)] if args.qat_max_steps else []),
+             *(["--qat-epochs", str(args.qat_epochs)] if args.qat_epochs is not None else []),
+             *(["--float-residual"] if args.float_residual else [])]
     from keras_attn.export.run_exporter import report_markdown
 
     lines = ["# Export results", "",
              "Measured with `python export/run_export_results.py`: each section is "
              "`keras-attn export` of a fine-tuned MiniLM run of `docs/results.md`"
-             + (f", QAT capped at {args.qat_max_steps} updates (`--qat-max-steps`)"
-                if args.qat_max_steps else "") + ".", ""]
+             + (f" with `{' '.join(flags)}`" if flags else "") + ".", ""]
     for name in [n for n in RUNS if n in args.only]:
-        report = export(name, args.runs_dir, args.artifacts_dir, args.qat_max_steps)
+        report = export(name, args.runs_dir, args.artifacts_dir, flags)
         title, allowed_drop = RUNS[name]
         lines += [f"## {name}: {title}", "", "| target | met | measured |", "| --- | --- | --- |"]
         for label, met, measured in target_checks(report, allowed_drop):

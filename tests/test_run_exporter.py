@@ -13,6 +13,7 @@ import pytest
 from keras_attn.export.run_exporter import ExportError
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
+from keras_attn.export.run_exporter import report_markdown
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
@@ -130,6 +131,13 @@ def test_report_markdown_lists_every_artifact(classification):
     for row in report["artifacts"]:
         assert f"`{row['artifact']}`" in markdown
     assert "## Ops of `model_int8.tflite` that are not int8" in markdown
+    assert report["options"]["qat_epochs"] == 1 and not report["options"]["float_residual"]
+    assert "QAT model (`model_int8.tflite`): 1 epoch(s) of fine-tuning, learning rate: the " \
+           "run's / 10; every activation int8." in markdown
+    calibrated = dict(report["options"], qat_epochs=0, float_residual=True)
+    assert "QAT model (`model_int8.tflite`): ranges calibrated on training examples, no " \
+           "fine-tuning (`--qat-epochs 0`); residual sums and LayerNorm internals float " \
+           "(`--float-residual`)." in report_markdown(dict(report, options=calibrated))
     assert json.loads((export_dir / "export_report.json").read_text()) == report
 
 
@@ -230,7 +238,7 @@ def test_cli_exports_and_reports_errors(tmp_path, classification, capsys):
     assert "model_int8.tflite" in out and str(pathlib.Path(export_dir) / "export_report.md") in out
 
 
-def test_export_results_script_checks_the_targets(classification):
+def test_export_results_script_checks_the_targets(classification, tmp_path, monkeypatch):
     import importlib.util
 
     script = pathlib.Path(__file__).resolve().parents[1] / "export" / "run_export_results.py"
@@ -245,3 +253,14 @@ def test_export_results_script_checks_the_targets(classification):
     table = rows(report)
     ratio = table["model_int8.tflite"]["size_bytes"] / table["model_fp32.tflite"]["size_bytes"]
     assert checks["int8 size <= 27 % of fp32"] == (ratio <= 0.27, f"{100 * ratio:.1f} %")
+
+    # The QAT flags reach `keras-attn export` and the page says which were used.
+    calls = []
+    monkeypatch.setattr(module, "export", lambda *args: calls.append(args) or report)
+    page = tmp_path / "export_results.md"
+    module.main(["--only", "sst2_minilm", "--float-residual", "--qat-epochs", "0",
+                 "--runs-dir", "r", "--artifacts-dir", "a", "--results", str(page)])
+    assert calls == [("sst2_minilm", "r", "a", ["--qat-epochs", "0", "--float-residual"])]
+    text = page.read_text()
+    assert "with `--qat-epochs 0 --float-residual`." in text
+    assert "| int8 size <= 27 % of fp32 |" in text

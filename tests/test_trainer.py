@@ -315,6 +315,39 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
     assert "feedforward_residual_quantizer" in floats and "qkv_quantizer" not in floats
 
 
+def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
+    import keras
+
+    from keras_attn.quantization.qat_bert import QatBert
+    from keras_attn.training.tasks import make_task
+    from keras_attn.training.trainer import QAT_CALIBRATION_EXAMPLES
+
+    in_process(tmp_path, "float", epochs=2)
+    values = config_dict(tmp_path / "data", tmp_path / "qat", max_steps=1)
+    values["model"] = {"checkpoint": str(tmp_path / "float"), "quantization_aware": True}
+    trainer = Trainer(TrainingConfig.from_dict(values))
+    trainer.run()
+
+    # Reference: the float model calibrated on its own, on the same training examples.
+    task = make_task(TrainingConfig.from_dict(values), tmp_path / "unused", lambda m: None,
+                     write_files=False)
+    task.prepare()
+    reference = QatBert.from_float(keras.models.load_model(tmp_path / "float" / "model.keras"))
+    examples = task.train_examples[:QAT_CALIBRATION_EXAMPLES]
+    reference.calibrate(task.collate(examples[i: i + 8])[0] for i in range(0, len(examples), 8))
+    # One update moves an EMA range (decay 0.999) by 0.1 % of the training batch's distance
+    # from it; the LayerNorm means (a range of ~0.01) moved by 2 %, the rest by < 0.03 %.
+    # Ranges started from the first training batch (dropout on, 8 examples) are off by more.
+    learned = [q for q in trainer.model.activation_quantizers if q.fixed_range is None]
+    expected = [q for q in reference.activation_quantizers if q.fixed_range is None]
+    assert len(learned) == len(expected) > 10
+    for got, want in zip(learned, expected):
+        width = float(want.max_value.numpy() - want.min_value.numpy())
+        for name in ("min_value", "max_value"):
+            difference = float(getattr(got, name).numpy()) - float(getattr(want, name).numpy())
+            assert abs(difference) <= 0.03 * width + 1e-6, (got.path, name, difference / width)
+
+
 def test_float_residual_needs_quantization_aware_training(tmp_path):
     from keras_attn.training.config import ConfigError
 

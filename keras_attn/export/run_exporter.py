@@ -500,6 +500,8 @@ class RunExporter:
             "artifacts": rows, "golden_vectors": golden,
             "model_text_tflite_error": text_error,
             "machine": _machine(), "seconds": round(time.perf_counter() - started, 1),
+            "options": {name: list(value) if isinstance(value, tuple) else value  # as JSON
+                        for name, value in dataclasses.asdict(self.options).items()},
         }
         (self.output_dir / "export_report.json").write_text(
             json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -568,6 +570,24 @@ def _machine():
             "keras": keras.__version__}
 
 
+def _qat_description(options):
+    """The line of the report saying how the QAT model was made (reports written before
+    the options were recorded have none)."""
+    if not options:
+        return []
+    if options["qat_epochs"] == 0:
+        how = "ranges calibrated on training examples, no fine-tuning (`--qat-epochs 0`)"
+    else:
+        how = (f"{options['qat_epochs']} epoch(s) of fine-tuning"
+               + (f", at most {options['qat_max_steps']} updates"
+                  if options["qat_max_steps"] else "")
+               + (f", learning rate {options['qat_learning_rate']:g}"
+                  if options["qat_learning_rate"] else ", learning rate: the run's / 10"))
+    stream = ("residual sums and LayerNorm internals float (`--float-residual`)"
+              if options["float_residual"] else "every activation int8")
+    return [f"QAT model (`model_int8.tflite`): {how}; {stream}.", ""]
+
+
 def report_markdown(report):
     """The report as a Markdown page: the artifact table, latencies and op histograms."""
     metric = report["metric"]
@@ -586,6 +606,7 @@ def report_markdown(report):
         f"{report['machine']['cpu']}, {report['machine']['cpu_count']} cores; TensorFlow "
         f"{report['machine']['tensorflow']}, Keras {report['machine']['keras']}.",
         "",
+        *_qat_description(report.get("options")),
         "Agreement: top-1 (classification) or per-token argmax (NER) equal to the Keras "
         "float model's; max |Δlogit| over real tokens. Latency: one batch-1 inference "
         "(LiteRT with XNNPACK; onnxruntime), p50 / p90 ms.",

@@ -25,6 +25,7 @@ HEADS = ("classification", "token_classification")
 # weights); anything else is refused with its name.
 _BACKBONE_LAYERS = ("token_ids", "segment_ids", "padding_mask", "embeddings",
                     "embeddings_layer_norm", "embeddings_dropout", "pooled_dense")
+_INPUT_NAMES = ("token_ids", "segment_ids", "padding_mask")
 _HEAD_LAYERS = ("token_ids", "segment_ids", "padding_mask", "label_mask", "output_dropout",
                 "logits", "crf")
 
@@ -141,8 +142,7 @@ class QatBert(keras.Model):
 
         # === Functional Model ===
         inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in ("token_ids", "segment_ids", "padding_mask")
+            name: keras.Input(shape=(None,), dtype="int32", name=name) for name in _INPUT_NAMES
         }
         x = embeddings(inputs["token_ids"], inputs["segment_ids"])  # (B, T, H)
         x = embeddings_dropout(x)
@@ -208,7 +208,8 @@ class QatBert(keras.Model):
         QAT from sensible ranges.
 
         Args:
-            batches: iterable of input dicts (or `(inputs, labels)` pairs).
+            batches: iterable of input dicts (or `(inputs, labels)` pairs); keys other
+                than the model's inputs (e.g. a tagger's `label_mask`) are ignored.
         """
         quantizers = self.activation_quantizers
         for quantizer in quantizers:
@@ -218,7 +219,7 @@ class QatBert(keras.Model):
             for batch in batches:
                 if isinstance(batch, (tuple, list)):
                     batch = batch[0]
-                self(batch, training=False)
+                self({k: v for k, v in batch.items() if k in _INPUT_NAMES}, training=False)
                 count += 1
         finally:
             for quantizer in quantizers:

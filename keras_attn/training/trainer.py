@@ -22,6 +22,9 @@ from keras_attn.training.strategy import is_chief
 from keras_attn.training.strategy import resolve_strategy
 from keras_attn.training.tasks import make_task
 
+# Training examples whose inference-mode min/max start the ranges of a new QAT model.
+QAT_CALIBRATION_EXAMPLES = 128
+
 
 class _FitRunner:
     """Runs steps with `model.fit` (one device, `MirroredStrategy`)."""
@@ -198,6 +201,14 @@ class Trainer:
                 if not isinstance(model, QatBert):  # a QAT run continued stays as it is
                     model = QatBert.from_float(
                         model, float_residual=config.model.float_residual)
+                    # Start the ranges from inference-mode min/max over a few training
+                    # batches (what export's calibration does): an EMA started from one
+                    # dropout batch clipped MiniLM's outlier activations (docs/export.md).
+                    examples = task.train_examples[:QAT_CALIBRATION_EXAMPLES]
+                    model.calibrate(task.collate(examples[i: i + 8])[0]
+                                    for i in range(0, len(examples), 8))
+                    log(f"QAT activation ranges calibrated on {len(examples)} training "
+                        "examples (inference mode)")
                 log("quantization-aware training: fake int8 quantization of weights and "
                     "activations (ranges: moving averages of the training batches)")
             optimizer = make_optimizer(train, updates, model)
