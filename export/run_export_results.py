@@ -3,6 +3,7 @@
     python export/run_export_results.py [--runs-dir runs] [--artifacts-dir artifacts]
                                         [--only sst2_minilm conll2003_minilm]
                                         [--float-residual] [--qat-epochs N]
+                                        [--feedforward-float-channels K]
                                         [--qat-max-steps N]
 
 Each run is `keras-attn export <runs-dir>/<name> --output-dir <artifacts-dir>/<name>` (the
@@ -79,10 +80,15 @@ def main(argv=None):
                         help="QAT fine-tuning epochs (0: calibrate the ranges only)")
     parser.add_argument("--float-residual", action="store_true",
                         help="QAT with the residual sums and LayerNorm internals in float")
+    parser.add_argument("--feedforward-float-channels", type=int, metavar="K",
+                        help="with --float-residual: the K widest feed-forward channels of "
+                             "each block stay float")
     args = parser.parse_args(argv)
     flags = [*(["--qat-max-steps", str(args.qat_max_steps)] if args.qat_max_steps else []),
              *(["--qat-epochs", str(args.qat_epochs)] if args.qat_epochs is not None else []),
-             *(["--float-residual"] if args.float_residual else [])]
+             *(["--float-residual"] if args.float_residual else []),
+             *(["--feedforward-float-channels", str(args.feedforward_float_channels)]
+               if args.feedforward_float_channels else [])]
     from keras_attn.export.run_exporter import report_markdown
 
     lines = ["# Export results", "",

@@ -11,6 +11,7 @@ def _say(text=""):
 
 
 def _demo(args):
+    from keras_attn.demo import DEMO_QUANTIZATION
     from keras_attn.demo import run_demo
     from keras_attn.demo import summary_markdown
     from keras_attn.export.run_exporter import ExportOptions
@@ -25,7 +26,7 @@ def _demo(args):
 
     try:
         options = ExportOptions(qat_epochs=args.qat_epochs, latency_runs=args.latency_runs,
-                                latency_threads=(1,))
+                                latency_threads=(1,), **DEMO_QUANTIZATION)
         summary = run_demo(args.output_dir, tasks=args.tasks, epochs=args.epochs,
                            export_options=options, log=_say)
     except (ConfigError, DataError, ExportError, TFLiteExportError, ValueError) as error:
@@ -128,6 +129,7 @@ def _export(args):
             sequence_length=args.sequence_length, qat_epochs=args.qat_epochs,
             qat_learning_rate=args.qat_learning_rate, qat_max_steps=args.qat_max_steps,
             float_residual=args.float_residual,
+            feedforward_float_channels=args.feedforward_float_channels,
             calibration_examples=args.calibration_examples, eval_split=args.eval_split,
             max_eval_examples=args.max_eval_examples,
             latency_threads=tuple(args.latency_threads), latency_runs=args.latency_runs,
@@ -332,6 +334,9 @@ def build_parser():
     export.add_argument("--float-residual", action="store_true",
                         help="QAT keeps the residual sums and LayerNorm internals in float "
                              "(model_int8.tflite: every matmul int8, ADD and LayerNorm float)")
+    export.add_argument("--feedforward-float-channels", type=int, default=0, metavar="K",
+                        help="with --float-residual: keep the K widest feed-forward channels "
+                             "of each block in float (their outliers set the int8 scales)")
     export.add_argument("--calibration-examples", type=_positive_int, default=128,
                         help="training examples calibrating post-training quantization")
     export.add_argument("--eval-split", choices=("auto", "dev", "test"), default="auto",

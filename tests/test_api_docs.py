@@ -1,19 +1,13 @@
 """docs/api.md is generated from the code; it must match what `tools/make_api_docs.py` writes."""
 
-import importlib.util
-import pathlib
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.scripts import ROOT
+from tests.scripts import load_script
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("make_api_docs",
-                                                  ROOT / "tools" / "make_api_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/make_api_docs.py")
 
 
 @pytest.mark.tensorflow

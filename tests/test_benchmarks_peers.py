@@ -12,20 +12,15 @@ import sys
 import numpy as np
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "peers.py"
 
 pytestmark = pytest.mark.tensorflow
 
 
-def load_peers():
-    spec = importlib.util.spec_from_file_location("benchmarks_peers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-peers = load_peers()
+peers = load_script("benchmarks/peers.py", "benchmarks_peers")
 keras_hub_missing = importlib.util.find_spec("keras_hub") is None
 needs_keras_hub = pytest.mark.skipif(
     keras_hub_missing, reason="keras-hub is not installed (pip install -e .[bench])")

@@ -76,7 +76,8 @@ def test_bad_options_fail_before_any_training(tmp_path):
 
 def test_demo_pipeline_writes_the_summary_and_reuses_finished_steps(tmp_path, monkeypatch):
     options = ExportOptions(qat_epochs=0, latency_runs=2, latency_threads=(1,),
-                            golden_examples=4, calibration_examples=8)
+                            golden_examples=4, calibration_examples=8,
+                            **demo.DEMO_QUANTIZATION)
     lines = []
     summary = demo.run_demo(tmp_path, model={"preset": "bert_tiny"}, epochs=1,
                             export_options=options, log=lines.append)
@@ -87,6 +88,8 @@ def test_demo_pipeline_writes_the_summary_and_reuses_finished_steps(tmp_path, mo
         report = json.loads((tmp_path / name / "export" / "export_report.json").read_text())
         assert [row["artifact"] for row in task["artifacts"]] == [
             row["artifact"] for row in report["artifacts"]]
+        assert report["options"]["feedforward_float_channels"] == 4
+        assert report["options"]["float_residual"]
         int8 = next(row for row in task["artifacts"] if row["artifact"] == "model_int8.tflite")
         assert int8["p50_ms_1_thread"] > 0 and int8["size_bytes"] > 0
         assert [e["text"] for e in task["examples"]] == demo.DEMO_TASKS[name]["examples"]

@@ -3,7 +3,6 @@ checked against. Each record is decoded again here by independent code (numpy so
 argmax, brute-force CRF paths, a direct reading of the tags) and must agree; the Unicode
 tables of the Kotlin tokenizer are checked against tensorflow-text."""
 
-import importlib.util
 import itertools
 import json
 import pathlib
@@ -21,6 +20,7 @@ from keras_attn.text.hard_cases import HARD_CASES
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.resources import minilm_directory
 from tests.resources import shared_data_file
+from tests.scripts import load_script
 
 pytestmark = pytest.mark.tensorflow
 
@@ -37,10 +37,7 @@ TEXTS = HARD_CASES + [
 
 
 def tool(name):
-    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(TOOLS / f"{name}.py")
 
 
 @pytest.fixture(scope="module")

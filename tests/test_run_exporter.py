@@ -138,6 +138,10 @@ def test_report_markdown_lists_every_artifact(classification):
     assert "QAT model (`model_int8.tflite`): ranges calibrated on training examples, no " \
            "fine-tuning (`--qat-epochs 0`); residual sums and LayerNorm internals float " \
            "(`--float-residual`)." in report_markdown(dict(report, options=calibrated))
+    calibrated["feedforward_float_channels"] = 4
+    assert "(`--float-residual`); the 4 widest feed-forward channels of each block float " \
+           "(`--feedforward-float-channels 4`)." in report_markdown(
+               dict(report, options=calibrated))
     assert json.loads((export_dir / "export_report.json").read_text()) == report
 
 
@@ -219,6 +223,11 @@ def test_missing_run_files_and_bad_options_are_clear_errors(tmp_path, classifica
         options(latency_threads=(0,)).check()
     with pytest.raises(ValueError, match="`float_residual` must be a bool"):
         options(float_residual="yes").check()
+    with pytest.raises(ValueError, match="`feedforward_float_channels` needs "
+                                         "`float_residual=True`"):
+        options(feedforward_float_channels=4).check()
+    with pytest.raises(ValueError, match="`feedforward_float_channels` must be an integer >= 0"):
+        options(feedforward_float_channels=-1, float_residual=True).check()
     # The finished qat/ of an all-int8 export is not silently reused for float_residual.
     with pytest.raises(ExportError, match=r"qat holds a QAT model with float_residual=False, "
                                           r"but this export asks for float_residual=True"):
@@ -239,12 +248,9 @@ def test_cli_exports_and_reports_errors(tmp_path, classification, capsys):
 
 
 def test_export_results_script_checks_the_targets(classification, tmp_path, monkeypatch):
-    import importlib.util
+    from tests.scripts import load_script
 
-    script = pathlib.Path(__file__).resolve().parents[1] / "export" / "run_export_results.py"
-    spec = importlib.util.spec_from_file_location("run_export_results", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("export/run_export_results.py")
     report = classification[2]
     checks = {label: (met, measured) for label, met, measured in
               module.target_checks(report, 0.005)}

@@ -1,19 +1,14 @@
 """training/run_results.py: a fine-tuning run trains its pretraining run first and gets
 it as `model.checkpoint`; finished runs are not repeated; the table formats every row."""
 
-import importlib.util
 import json
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests import scripts
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("run_results",
-                                                  ROOT / "training" / "run_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return scripts.load_script("training/run_results.py")
 
 
 def test_pretraining_run_goes_first_and_becomes_the_checkpoint(tmp_path, monkeypatch):

@@ -170,3 +170,30 @@ def test_float_residual_quantizers_and_config():
     with pytest.raises(ValueError, match="`float_residual` must be a bool. Received: "
                                          "float_residual='yes'"):
         QatBert.from_float(BertClassifier(backbone, num_classes=2), float_residual="yes")
+
+
+def test_float_feedforward_channels_convert_to_small_float_matmuls(tmp_path):
+    """`feedforward_float_channels=k`: per block, the k float channels become two float
+    matmuls and a float GELU beside the int8 ones; the TFLite model follows its Keras
+    QAT model."""
+    keras.utils.set_random_seed(0)
+    backbone = BertBackbone(vocabulary_size=VOCAB, num_layers=2, num_heads=2, hidden_dim=16,
+                            intermediate_dim=32, max_sequence_length=LENGTH)
+    model = BertClassifier(backbone, num_classes=3)
+    dense = backbone.get_layer("transformer_layer_0").feedforward_intermediate_dense
+    kernel = dense.kernel.numpy()
+    kernel[:, 5] *= 20.0  # one wide feed-forward channel
+    dense.kernel.assign(kernel)
+    calibration = [batch(seed) for seed in range(10, 14)]
+    qat = QatBert.from_float(model, float_residual=True, feedforward_float_channels=2)
+    qat.calibrate(calibration)
+    result = export_tflite(qat, str(tmp_path), variants=["int8"], sequence_length=LENGTH,
+                           representative_data=calibration)["int8"]
+    non_int8 = result["non_int8_ops"]
+    assert set(non_int8) <= FLOAT_RESIDUAL_OPS | {"FULLY_CONNECTED", "GELU"}, non_int8
+    assert non_int8["FULLY_CONNECTED"] == 2 * 2 and non_int8["GELU"] == 2, non_int8
+    x = batch(2, size=100)
+    out = run_tflite(result["path"], x)
+    fake_quant = keras.ops.convert_to_numpy(qat(x))
+    assert (out.argmax(-1) == fake_quant.argmax(-1)).mean() >= 0.99
+    assert np.abs(out - fake_quant).max() < 0.1 * np.abs(fake_quant).max()

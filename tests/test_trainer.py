@@ -306,11 +306,16 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
     # `model.float_residual`: the residual sums and LayerNorm internals stay float.
     values = config_dict(tmp_path / "data", tmp_path / "qat_float", epochs=2, learning_rate=1e-3)
     values["model"] = {"checkpoint": str(tmp_path / "float"), "quantization_aware": True,
-                       "float_residual": True}
+                       "float_residual": True, "feedforward_float_channels": 2}
     results = Trainer(TrainingConfig.from_dict(values), log=lines.append).run()
     assert results["best_dev"]["accuracy"] >= float_results["best_dev"]["accuracy"] - 0.05
     reloaded = keras.models.load_model(tmp_path / "qat_float" / "model.keras")
-    assert reloaded.float_residual
+    assert reloaded.float_residual and reloaded.feedforward_float_channels == 2
+    # The calibration before the first update sorted the feed-forward channels.
+    block = reloaded.get_layer("transformer_layer_0")
+    order = block.feedforward_channel_order.numpy()
+    assert sorted(order) == list(range(block.intermediate_dim))
+    assert (order != np.arange(block.intermediate_dim)).any()
     floats = {q.name for q in reloaded.activation_quantizers if not q.quantize}
     assert "feedforward_residual_quantizer" in floats and "qkv_quantizer" not in floats
 
@@ -335,6 +340,10 @@ def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
     reference = QatBert.from_float(keras.models.load_model(tmp_path / "float" / "model.keras"))
     examples = task.train_examples[:QAT_CALIBRATION_EXAMPLES]
     reference.calibrate(task.collate(examples[i: i + 8])[0] for i in range(0, len(examples), 8))
+    batches = task.input_batches(QAT_CALIBRATION_EXAMPLES)
+    assert sum(len(x["token_ids"]) for x in batches) == len(examples)
+    for name, value in task.collate(examples[8:16])[0].items():
+        np.testing.assert_array_equal(batches[1][name], value)
     # One update moves an EMA range (decay 0.999) by 0.1 % of the training batch's distance
     # from it; the LayerNorm means (a range of ~0.01) moved by 2 %, the rest by < 0.03 %.
     # Ranges started from the first training batch (dropout on, 8 examples) are off by more.
@@ -354,6 +363,11 @@ def test_float_residual_needs_quantization_aware_training(tmp_path):
     values = config_dict(tmp_path / "data", tmp_path / "qat")
     values["model"].update(float_residual=True)
     with pytest.raises(ConfigError, match=r"model\.float_residual.*quantization_aware: true"):
+        TrainingConfig.from_dict(values)
+    values["model"].update(float_residual=False, quantization_aware=True,
+                           feedforward_float_channels=4)
+    with pytest.raises(ConfigError, match=r"model\.feedforward_float_channels.*"
+                                          r"model\.float_residual: true"):
         TrainingConfig.from_dict(values)
 
 

@@ -89,6 +89,10 @@ def write_results(rows, path, cpu):
         f"Machine: {cpu}, 2 cores, no GPU; TensorFlow/Keras versions in each run's "
         "`metrics.json`. Wall time covers data preparation, training and evaluation, and "
         "any other load the machine had at the time (an upper bound).",
+        "The export stage of the two MiniLM runs (int8 / fp16 / fp32 TFLite, ONNX, "
+        "SavedModel: accuracy against the float model, size, latency, the int8 targets) is "
+        "measured by `python export/run_export_results.py` in "
+        "[export_results.md](export_results.md).",
         "",
         "| run | data | model | metric | value | target | dev | test | best epoch / run | "
         "updates | wall time | train tokens/s |",

@@ -46,6 +46,9 @@ class ExportOptions:
         float_residual: QAT with the residual sums and LayerNorm internals in float
             (`QatBert(float_residual=True)`): `model_int8.tflite` then runs ADD and
             LayerNorm in float and every matmul in int8.
+        feedforward_float_channels: with `float_residual`, the number of widest
+            feed-forward hidden channels per block kept in float
+            (`QatBert(feedforward_float_channels=k)`, LLM.int8()'s decomposition).
         calibration_examples: training examples for PTQ calibration (and QAT ranges when
             `qat_epochs=0`).
         eval_split: `"dev"`, `"test"` or `"auto"` (test for NER, dev for classification,
@@ -62,6 +65,7 @@ class ExportOptions:
     qat_learning_rate: float = None
     qat_max_steps: int = None
     float_residual: bool = False
+    feedforward_float_channels: int = 0
     calibration_examples: int = 128
     eval_split: str = "auto"
     max_eval_examples: int = None
@@ -84,12 +88,18 @@ class ExportOptions:
         positive("qat_epochs", allow_zero=True)
         positive("qat_max_steps", allow_none=True)
         positive("calibration_examples")
+        positive("feedforward_float_channels", allow_zero=True)
         positive("max_eval_examples", allow_none=True)
         positive("latency_runs")
         positive("golden_examples", allow_zero=True)
         if not isinstance(self.float_residual, bool):
             raise ValueError("`float_residual` must be a bool. "
                              f"Received: float_residual={self.float_residual!r}")
+        if self.feedforward_float_channels and not self.float_residual:
+            raise ValueError(
+                "`feedforward_float_channels` needs `float_residual=True` (--float-residual)."
+                f" Received: feedforward_float_channels={self.feedforward_float_channels}, "
+                "float_residual=False")
         if self.eval_split not in ("auto", "dev", "test"):
             raise ValueError("`eval_split` must be 'auto', 'dev' or 'test'. "
                              f"Received: eval_split={self.eval_split!r}")
@@ -243,13 +253,8 @@ class RunExporter:
 
     def _calibration_batches(self):
         """Training examples padded to the export length, in batches of 8."""
-        examples = self.task.train_examples[: self.options.calibration_examples]
-        batches = []
-        for start in range(0, len(examples), 8):
-            x = self.task.collate(examples[start: start + 8])[0]
-            batches.append(_fixed_length({k: v for k, v in x.items() if k != "label_mask"},
-                                         self.length))
-        return batches
+        return [_fixed_length({k: v for k, v in x.items() if k != "label_mask"}, self.length)
+                for x in self.task.input_batches(self.options.calibration_examples)]
 
     def _quantization_aware_model(self):
         """The QAT model: fine-tuned through `keras-attn train`, or calibrated only."""
@@ -261,7 +266,9 @@ class RunExporter:
         if self.options.qat_epochs == 0:
             if not (qat_dir / "model.keras").is_file():
                 self.log("QAT model calibrated on training batches (no fine-tuning)")
-                qat = QatBert.from_float(self.model, float_residual=self.options.float_residual)
+                qat = QatBert.from_float(
+                    self.model, float_residual=self.options.float_residual,
+                    feedforward_float_channels=self.options.feedforward_float_channels)
                 qat.calibrate(self._calibration_batches())
                 qat_dir.mkdir(parents=True, exist_ok=True)
                 qat.save(qat_dir / "model.keras")
@@ -273,7 +280,9 @@ class RunExporter:
             values["output_dir"] = str(qat_dir)
             values["model"].update(checkpoint=str(self.run_dir.resolve()),
                                    quantization_aware=True, preset=None, vocabulary=None,
-                                   float_residual=self.options.float_residual)
+                                   float_residual=self.options.float_residual,
+                                   feedforward_float_channels=(
+                                       self.options.feedforward_float_channels))
             values["data"]["max_length"] = self.length
             train = values["train"]
             train.update(
@@ -284,11 +293,13 @@ class RunExporter:
                      f"at learning rate {train['learning_rate']:.2e} -> {qat_dir}")
             Trainer(TrainingConfig.from_dict(values), log=lambda m: self.log("  " + m)).run()
         qat = keras.models.load_model(qat_dir / "model.keras")
-        if qat.float_residual != self.options.float_residual:
-            raise ExportError(
-                f"{qat_dir} holds a QAT model with float_residual={qat.float_residual}, but "
-                f"this export asks for float_residual={self.options.float_residual}: export "
-                "to another --output-dir, or delete that directory to retrain it")
+        for name in ("float_residual", "feedforward_float_channels"):
+            found, asked = getattr(qat, name), getattr(self.options, name)
+            if found != asked:
+                raise ExportError(
+                    f"{qat_dir} holds a QAT model with {name}={found}, but this export asks "
+                    f"for {name}={asked}: export to another --output-dir, or delete that "
+                    "directory to retrain it")
         return qat
 
     def _tflite(self, qat):
@@ -585,6 +596,10 @@ def _qat_description(options):
                   if options["qat_learning_rate"] else ", learning rate: the run's / 10"))
     stream = ("residual sums and LayerNorm internals float (`--float-residual`)"
               if options["float_residual"] else "every activation int8")
+    float_channels = options.get("feedforward_float_channels", 0)
+    if float_channels:
+        stream += (f"; the {float_channels} widest feed-forward channels of each block float "
+                   f"(`--feedforward-float-channels {float_channels}`)")
     return [f"QAT model (`model_int8.tflite`): {how}; {stream}.", ""]
 
 

@@ -15,7 +15,9 @@ from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
+from keras_attn.quantization.qat_encoder_block import ChannelRanges
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
+from keras_attn.quantization.qat_encoder_block import check_feedforward_float_channels
 from keras_attn.quantization.quantized_dense import QuantizedDense
 from keras_attn.quantization.quantized_dense import check_weight_quantization
 
@@ -69,6 +71,10 @@ class QatBert(keras.Model):
             (embeddings and every block; see `QatEncoderBlock`): every matmul stays
             int8, and the int8 TFLite model runs ADD and LayerNorm in float. Defaults to
             `False` (everything int8).
+        feedforward_float_channels: int: in each block, this many feed-forward hidden
+            channels, the widest by calibrated range (`calibrate` finds them), run in
+            float and the rest in int8 (see `QatEncoderBlock`). Above 0 needs
+            `float_residual=True`. Defaults to `0`.
         decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
         attention_mask_margin: float, nats between the lowest real attention score and
             padded keys in int8 (see `ActivationQuantizer`). Defaults to `12.0`.
@@ -98,7 +104,7 @@ class QatBert(keras.Model):
                  num_segments=2, dropout=0.1, activation="gelu", layer_norm_epsilon=1e-12,
                  output_dropout=0.1, weight_quantization="per_channel", quantize=True,
                  decay=0.999, attention_mask_margin=12.0, masked_score=-1e9,
-                 float_residual=False, **kwargs):
+                 float_residual=False, feedforward_float_channels=0, **kwargs):
         check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
                                 intermediate_dim)
         check_positive_int("num_outputs", num_outputs)
@@ -109,6 +115,8 @@ class QatBert(keras.Model):
         check_weight_quantization(weight_quantization)
         check_bool("quantize", quantize)
         check_bool("float_residual", float_residual)
+        check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
+                                         float_residual)
         if not isinstance(activation, str):
             activation = serialize_activation(activation)
         common = dict(quantize=quantize, decay=decay)
@@ -125,7 +133,9 @@ class QatBert(keras.Model):
                 layer_norm_epsilon=layer_norm_epsilon,
                 weight_quantization=weight_quantization,
                 attention_mask_margin=attention_mask_margin, masked_score=masked_score,
-                float_residual=float_residual, name=f"transformer_layer_{i}", **common,
+                float_residual=float_residual,
+                feedforward_float_channels=feedforward_float_channels,
+                name=f"transformer_layer_{i}", **common,
             )
             for i in range(num_layers)
         ]
@@ -177,6 +187,7 @@ class QatBert(keras.Model):
         self.attention_mask_margin = attention_mask_margin
         self.masked_score = masked_score
         self.float_residual = float_residual
+        self.feedforward_float_channels = feedforward_float_channels
 
     # === Quantizers and calibration ===
 
@@ -205,27 +216,54 @@ class QatBert(keras.Model):
 
         Each batch updates every range like a training step (EMA, the first batch
         initializes it) — the quick way to get ranges for post-training int8 or to start
-        QAT from sensible ranges.
+        QAT from sensible ranges. With `feedforward_float_channels` > 0, a first float
+        pass over the same batches sorts each block's feed-forward channels by their
+        range (the width `max - min` of the up-projection output), widest last, unless
+        that block's ranges are already set.
 
         Args:
             batches: iterable of input dicts (or `(inputs, labels)` pairs); keys other
                 than the model's inputs (e.g. a tagger's `label_mask`) are ignored.
         """
+        inputs = [
+            {k: v for k, v in (batch[0] if isinstance(batch, (tuple, list)) else batch).items()
+             if k in _INPUT_NAMES}
+            for batch in batches
+        ]
+        if not inputs:
+            raise ValueError("`calibrate` needs at least one batch. Received: batches=[]")
+        self._sort_feedforward_channels(inputs)
         quantizers = self.activation_quantizers
         for quantizer in quantizers:
             quantizer.calibrating = True
         try:
-            count = 0
-            for batch in batches:
-                if isinstance(batch, (tuple, list)):
-                    batch = batch[0]
-                self({k: v for k, v in batch.items() if k in _INPUT_NAMES}, training=False)
-                count += 1
+            for x in inputs:
+                self(x, training=False)
         finally:
             for quantizer in quantizers:
                 quantizer.calibrating = False
-        if count == 0:
-            raise ValueError("`calibrate` needs at least one batch. Received: batches=[]")
+
+    def _blocks(self):
+        return [self.get_layer(f"transformer_layer_{i}") for i in range(self.num_layers)]
+
+    def _sort_feedforward_channels(self, inputs):
+        if not self.feedforward_float_channels:
+            return
+        # A block whose ranges are set keeps its order (the ranges belong to it).
+        blocks = [block for block in self._blocks() if float(
+            block.quantizers["intermediate_quantizer"].initialized.numpy()) < 0.5]
+        if not blocks:
+            return
+        # The float twin gives the float model's activations before any range is set.
+        twin = self.with_quantization(False)
+        statistics = {block.name: ChannelRanges() for block in blocks}
+        for name, ranges in statistics.items():
+            twin.get_layer(name).channel_statistics = ranges
+        for x in inputs:
+            twin(x, training=False)
+        for block in blocks:
+            widths = statistics[block.name].widths()
+            block.permute_feedforward_channels(np.argsort(widths, kind="stable"))
 
     def freeze_ranges(self, frozen=True):
         """Makes every activation and weight range a constant of the traced graph
@@ -316,6 +354,9 @@ class QatBert(keras.Model):
                 f"Received: model={type(model).__name__}"
             )
         _check_mappable(model, model.backbone)
+        unpermuted = {}
+        for block in self._blocks():
+            unpermuted.update(block.float_order_feedforward_weights())
         for (source, target) in _weight_pairs(self, model):
             if tuple(source.shape) != tuple(np.shape(_to_qat_layout(source, target))):
                 raise ValueError(
@@ -323,7 +364,10 @@ class QatBert(keras.Model):
                     f"match {source.path} {tuple(source.shape)}: build the float model with "
                     "the QAT model's sizes."
                 )
-            target.assign(np.reshape(ops.convert_to_numpy(source), _float_shape(target)))
+            value = unpermuted.get(source.path)
+            if value is None:
+                value = ops.convert_to_numpy(source)
+            target.assign(np.reshape(value, _float_shape(target)))
         return model
 
     def get_config(self):
@@ -349,6 +393,7 @@ class QatBert(keras.Model):
             "attention_mask_margin": self.attention_mask_margin,
             "masked_score": self.masked_score,
             "float_residual": self.float_residual,
+            "feedforward_float_channels": self.feedforward_float_channels,
         }
 
     @classmethod

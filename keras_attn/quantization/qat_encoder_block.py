@@ -4,6 +4,7 @@ matmul input, the attention scores and probabilities and the residual sums."""
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn.layers.transformer_block_base import get_activation
@@ -61,11 +62,27 @@ class QatEncoderBlock(keras.layers.Layer):
     with the others; the int8 TFLite model then runs ADD and LayerNorm in float between
     a DEQUANTIZE and a QUANTIZE, and every matmul in int8.
 
+    `feedforward_float_channels=k` (with `float_residual`) runs the k widest hidden
+    channels of the feed-forward network in float, the mixed-precision decomposition of
+    LLM.int8() (Dettmers et al., 2022, §3.2) applied to the FFN's hidden channels:
+
+        FFN(y) = W_2[:, I] act(W_1[I, :] y + b_1[I]) + b_2     (int8, F - k channels)
+               + W_2[:, O] act(W_1[O, :] y + b_1[O])            (float, k channels)
+
+    with `O` the k channels of widest calibrated range (`permute_feedforward_channels`
+    stores them last; `QatBert.calibrate` sorts). In fine-tuned MiniLM a handful of
+    channels carry GELU outputs up to 24 (most stay below 2) and FFN outputs up to 190,
+    the residual outliers; one per-tensor int8 scale for all channels spends its codes on
+    them. Without them the int8 part's output range shrinks about 20-fold. The two parts
+    meet in the float residual sum; the function is the same for every k.
+
     Args:
         num_heads, intermediate_dim: ints. dropout: float rate (residual and attention).
         activation: `"gelu"`, `"gelu_approximate"`, `"relu"`, ... layer_norm_epsilon: float.
         weight_quantization: `"per_channel"` or `"per_tensor"`. quantize: bool.
         float_residual: bool, see above. Defaults to `False` (everything int8).
+        feedforward_float_channels: int in `[0, intermediate_dim)`, see above; more than
+            0 needs `float_residual=True`. Defaults to `0`.
         decay: EMA factor. attention_mask_margin: float, see above. masked_score: float,
             the value of masked scores when `quantize=False`.
         **kwargs: base `keras.layers.Layer` arguments.
@@ -88,9 +105,11 @@ class QatEncoderBlock(keras.layers.Layer):
     def __init__(self, num_heads, intermediate_dim, dropout=0.0, activation="gelu",
                  layer_norm_epsilon=1e-12, weight_quantization="per_channel", quantize=True,
                  decay=0.999, attention_mask_margin=12.0, masked_score=-1e9,
-                 float_residual=False, **kwargs):
+                 float_residual=False, feedforward_float_channels=0, **kwargs):
         check_positive_int("num_heads", num_heads)
         check_positive_int("intermediate_dim", intermediate_dim)
+        check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
+                                         float_residual)
         check_rate("dropout", dropout)
         check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
         check_weight_quantization(weight_quantization)
@@ -108,12 +127,16 @@ class QatEncoderBlock(keras.layers.Layer):
         self.attention_mask_margin = attention_mask_margin
         self.masked_score = masked_score
         self.float_residual = float_residual
+        self.feedforward_float_channels = feedforward_float_channels
         residual_quantize = quantize and not float_residual
         self.quantizers = {
             name: ActivationQuantizer(decay=decay, name=name, quantize=(
                 residual_quantize if name in _RESIDUAL_QUANTIZER_NAMES else quantize))
             for name in _QUANTIZER_NAMES
         }
+        # Set by `QatBert.calibrate` to a `ChannelRanges`, which eager calls update with
+        # the up-projection output.
+        self.channel_statistics = None
         self.attention_layer_norm_quantizers = layer_norm_quantizers(
             "attention_layer_norm", decay, residual_quantize)
         self.feedforward_layer_norm_quantizers = layer_norm_quantizers(
@@ -154,6 +177,14 @@ class QatEncoderBlock(keras.layers.Layer):
         self.feedforward_output_bias = weight("feedforward_output_bias", (H,), "zeros")
         self.feedforward_gamma = weight("feedforward_layer_norm_gamma", (H,), "ones")
         self.feedforward_beta = weight("feedforward_layer_norm_beta", (H,), "zeros")
+        if self.feedforward_float_channels:
+            # Float channel j is stored at position i with order[i] = j (`to_float`
+            # undoes the permutation).
+            self.feedforward_channel_order = self.add_weight(
+                name="feedforward_channel_order", shape=(F,), dtype="int32",
+                initializer=lambda shape, dtype=None: ops.arange(shape[0], dtype="int32"),
+                trainable=False, autocast=False,
+            )
         for quantizer in (list(self.quantizers.values())
                           + list(self.attention_layer_norm_quantizers.values())
                           + list(self.feedforward_layer_norm_quantizers.values())
@@ -184,9 +215,60 @@ class QatEncoderBlock(keras.layers.Layer):
         self.frozen_bounds = {
             "qkv": matmul_bound(self.qkv_kernel * self._query_scale(), wq),
             "output": matmul_bound(self.output_kernel, wq),
-            "intermediate": matmul_bound(self.intermediate_kernel, wq),
-            "feedforward_output": matmul_bound(self.feedforward_output_kernel, wq),
         }
+        channels = self._feedforward_parts()[0][0]
+        self.frozen_bounds["intermediate"] = matmul_bound(
+            self.intermediate_kernel[:, channels], wq)
+        self.frozen_bounds["feedforward_output"] = matmul_bound(
+            self.feedforward_output_kernel[channels], wq)
+
+    def _feedforward_parts(self):
+        """`(channels, quantized)` of each part of the feed-forward network: the int8
+        channels, then the `feedforward_float_channels` float ones (stored last)."""
+        F, k = self.intermediate_dim, self.feedforward_float_channels
+        if not k:
+            return [(slice(None), True)]
+        return [(slice(0, F - k), True), (slice(F - k, F), False)]
+
+    def permute_feedforward_channels(self, order):
+        """Reorders the feed-forward hidden channels: stored channel `i` becomes the one
+        at `order[i]`. The block computes the same function (the up-projection's columns
+        and the down-projection's rows move together); only which channels are the last
+        `feedforward_float_channels`, the float ones, changes. Call it before the ranges
+        are set.
+
+        Args:
+            order: a permutation of `range(intermediate_dim)`, e.g. the channels sorted
+                by their calibrated range, widest last.
+        """
+        order = np.asarray(order)
+        if sorted(order.tolist()) != list(range(self.intermediate_dim)):
+            raise ValueError(
+                f"`order` must be a permutation of range({self.intermediate_dim}) (the "
+                f"feed-forward channels). Received: order of shape {order.shape}"
+            )
+        if not self.feedforward_float_channels:
+            raise ValueError("Permuting the feed-forward channels only matters with "
+                             "`feedforward_float_channels` > 0. Received: "
+                             "feedforward_float_channels=0")
+
+        for variable, axis in self._channel_axes() + [(self.feedforward_channel_order, 0)]:
+            variable.assign(np.take(ops.convert_to_numpy(variable), order, axis=axis))
+
+    def _channel_axes(self):
+        """`(variable, axis)` of the weights whose feed-forward channels move together."""
+        return [(self.intermediate_kernel, 1), (self.intermediate_bias, 0),
+                (self.feedforward_output_kernel, 0)]
+
+    def float_order_feedforward_weights(self):
+        """`{path: NumPy value}` of the feed-forward weights back in the float model's
+        channel order (what `permute_feedforward_channels` moved); `{}` without
+        `feedforward_float_channels`."""
+        if not self.feedforward_float_channels:
+            return {}
+        inverse = np.argsort(ops.convert_to_numpy(self.feedforward_channel_order))
+        return {variable.path: np.take(ops.convert_to_numpy(variable), inverse, axis=axis)
+                for variable, axis in self._channel_axes()}
 
     def call(self, inputs, padding_mask, training=None, query_length=None):
         q = self.quantizers
@@ -235,14 +317,11 @@ class QatEncoderBlock(keras.layers.Layer):
                        self.attention_layer_norm_quantizers, training)
         x = q["attention_layer_norm_quantizer"](x, training=training)  # (B*q, H)
 
-        # === Feed-forward ===
-        h = self._matmul(x, self.intermediate_kernel, self.intermediate_bias,
-                         "intermediate")  # (B*q, F)
-        h = q["intermediate_quantizer"](h, training=training)
-        h = q["activation_quantizer"](self.activation(h), training=training)
-        h = self._matmul(h, self.feedforward_output_kernel, self.feedforward_output_bias,
-                         "feedforward_output")  # (B*q, H)
-        h = q["feedforward_output_quantizer"](h, training=training)
+        # === Feed-forward: the int8 channels, then the float ones ===
+        h = None
+        for part, (channels, quantized) in enumerate(self._feedforward_parts()):
+            output = self._feedforward_part(x, part, channels, quantized, training)
+            h = output if h is None else h + output  # (B*q, H)
         h = self.feedforward_dropout(h, training=training)
         x = q["feedforward_residual_quantizer"](x + h, training=training)
         x = layer_norm(x, self.feedforward_gamma, self.feedforward_beta,
@@ -250,6 +329,28 @@ class QatEncoderBlock(keras.layers.Layer):
                        training)
         x = q["feedforward_layer_norm_quantizer"](x, training=training)
         return ops.reshape(x, (batch, rows, H))  # (B, q, H); q = T by default
+
+    def _feedforward_part(self, x, part, channels, quantized, training):
+        q = self.quantizers
+        whole = not self.feedforward_float_channels
+        kernel_in = self.intermediate_kernel if whole else self.intermediate_kernel[:, channels]
+        bias_in = self.intermediate_bias if whole else self.intermediate_bias[channels]
+        kernel_out = (self.feedforward_output_kernel if whole
+                      else self.feedforward_output_kernel[channels])
+        if quantized:
+            h = self._matmul(x, kernel_in, bias_in, "intermediate")  # (B*q, F - k)
+        else:
+            h = ops.matmul(x, kernel_in) + bias_in  # (B*q, k)
+        if self.channel_statistics is not None:
+            self.channel_statistics.update(part, h)
+        if not quantized:
+            # b_2 is added once, by the int8 part.
+            return ops.matmul(self.activation(h), kernel_out)  # (B*q, H)
+        h = q["intermediate_quantizer"](h, training=training)
+        h = q["activation_quantizer"](self.activation(h), training=training)
+        h = self._matmul(h, kernel_out, self.feedforward_output_bias,
+                         "feedforward_output")  # (B*q, H)
+        return q["feedforward_output_quantizer"](h, training=training)
 
     def get_config(self):
         config = super().get_config()
@@ -265,5 +366,50 @@ class QatEncoderBlock(keras.layers.Layer):
             attention_mask_margin=self.attention_mask_margin,
             masked_score=self.masked_score,
             float_residual=self.float_residual,
+            feedforward_float_channels=self.feedforward_float_channels,
         )
         return config
+
+
+def check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
+                                     float_residual):
+    """Raises unless `feedforward_float_channels` is an int in `[0, intermediate_dim)`,
+    and above 0 only with `float_residual` (the float channels' output is added in
+    float)."""
+    k = feedforward_float_channels
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < intermediate_dim:
+        raise ValueError(
+            "`feedforward_float_channels` must be an integer in [0, intermediate_dim) "
+            f"(the feed-forward channels kept in float). Received: "
+            f"feedforward_float_channels={k!r}, intermediate_dim={intermediate_dim}"
+        )
+    if k and float_residual is not True:
+        raise ValueError(
+            "`feedforward_float_channels` > 0 needs `float_residual=True`: the float "
+            f"channels' output is added to the residual in float. Received: "
+            f"feedforward_float_channels={k}, float_residual={float_residual!r}"
+        )
+
+
+class ChannelRanges:
+    """Running per-channel min and max of the feed-forward up-projection output, part by
+    part (eager calls only: the values are read as NumPy)."""
+
+    def __init__(self):
+        self._parts = {}
+
+    def update(self, part, h):
+        h = ops.convert_to_numpy(h)  # (N, channels of the part)
+        low, high = h.min(axis=0), h.max(axis=0)
+        if part in self._parts:
+            low = np.minimum(low, self._parts[part][0])
+            high = np.maximum(high, self._parts[part][1])
+        self._parts[part] = (low, high)
+
+    def widths(self):
+        """`max - min` of every channel `(F,)`, in stored order."""
+        if not self._parts:
+            raise ValueError("No channel ranges were collected: run the block eagerly on "
+                             "at least one batch first.")
+        parts = [self._parts[p] for p in sorted(self._parts)]
+        return np.concatenate([high - low for low, high in parts])

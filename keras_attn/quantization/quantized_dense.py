@@ -51,7 +51,7 @@ def matmul_bound(kernel, weight_quantization):
 
 def quantized_matmul(x, kernel, bias, quantize, weight_quantization, bound=None):
     """`x @ kernel + bias` for 2-D `x` `(N, in)` and kernel `(in, out)`, with the kernel
-    fake-quantized.
+    fake-quantized (`bias=None`: no bias).
 
     Per-tensor weights run as a MatMul (TFLite FULLY_CONNECTED). Per-channel weights run
     as a 1x1 convolution over a `(1, 1, N, in)` image: the TFLite converter rejects a
@@ -70,7 +70,7 @@ def quantized_matmul(x, kernel, bias, quantize, weight_quantization, bound=None)
         if quantize:
             kernel = fake_quantize_weight(kernel, bound=bound)
         y = ops.matmul(x, kernel)  # (N, out)
-    return ops.add(y, bias)
+    return y if bias is None else ops.add(y, bias)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

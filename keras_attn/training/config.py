@@ -121,6 +121,10 @@ SCHEMA = {
         "float_residual": _key(False, bool,
                                help="quantization_aware: keep the residual sums and LayerNorm "
                                     "internals in float (every matmul stays int8)"),
+        "feedforward_float_channels": _key(
+            0, int, minimum=0,
+            help="float_residual: keep this many widest feed-forward channels of each block "
+                 "in float"),
         "overrides": _key({}, dict, help="backbone arguments replacing the preset's"),
     },
     "train": {
@@ -379,6 +383,10 @@ class TrainingConfig:
         if self.model.float_residual and not self.model.quantization_aware:
             raise ConfigError("`model.float_residual` shapes quantization-aware training: set "
                               "`model.quantization_aware: true` too", self.source)
+        if self.model.feedforward_float_channels and not self.model.float_residual:
+            raise ConfigError("`model.feedforward_float_channels` needs "
+                              "`model.float_residual: true` (and quantization_aware)",
+                              self.source)
         if self.model.use_crf and self.task != "ner":
             raise ConfigError(f"`model.use_crf` is for task 'ner'. Received: task={self.task!r}",
                               self.source)

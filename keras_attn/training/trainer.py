@@ -200,15 +200,15 @@ class Trainer:
 
                 if not isinstance(model, QatBert):  # a QAT run continued stays as it is
                     model = QatBert.from_float(
-                        model, float_residual=config.model.float_residual)
+                        model, float_residual=config.model.float_residual,
+                        feedforward_float_channels=config.model.feedforward_float_channels)
                     # Start the ranges from inference-mode min/max over a few training
                     # batches (what export's calibration does): an EMA started from one
                     # dropout batch clipped MiniLM's outlier activations (docs/export.md).
-                    examples = task.train_examples[:QAT_CALIBRATION_EXAMPLES]
-                    model.calibrate(task.collate(examples[i: i + 8])[0]
-                                    for i in range(0, len(examples), 8))
-                    log(f"QAT activation ranges calibrated on {len(examples)} training "
-                        "examples (inference mode)")
+                    model.calibrate(task.input_batches(QAT_CALIBRATION_EXAMPLES))
+                    count = min(QAT_CALIBRATION_EXAMPLES, len(task.train_examples))
+                    log(f"QAT activation ranges calibrated on {count} training examples "
+                        "(inference mode)")
                 log("quantization-aware training: fake int8 quantization of weights and "
                     "activations (ranges: moving averages of the training batches)")
             optimizer = make_optimizer(train, updates, model)

@@ -68,6 +68,14 @@ class Task(abc.ABC):
     def prepare(self):
         """Reads and encodes the data (`self.{train,dev,test}_examples`)."""
 
+    def input_batches(self, count, batch_size=8):
+        """The `collate`d inputs of the first `count` training examples, `batch_size` at
+        a time: the batches that set a QAT model's activation ranges (the trainer before
+        QAT, the exporter for calibration)."""
+        examples = self.train_examples[:count]
+        return [self.collate(examples[start: start + batch_size])[0]
+                for start in range(0, len(examples), batch_size)]
+
     def lengths(self, examples):
         """Token count of each example (bucketing, tokens/s)."""
         return [len(example["token_ids"]) for example in examples]
