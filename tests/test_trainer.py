@@ -288,6 +288,7 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
     import keras
 
     from keras_attn.quantization.qat_bert import QatBert
+    from keras_attn.training.config import ConfigError
 
     _, float_results = in_process(tmp_path, "float", epochs=10, learning_rate=1e-2)
     values = config_dict(tmp_path / "data", tmp_path / "qat", epochs=2, learning_rate=1e-3)
@@ -318,6 +319,26 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
     assert (order != np.arange(block.intermediate_dim)).any()
     floats = {q.name for q in reloaded.activation_quantizers if not q.quantize}
     assert "feedforward_residual_quantizer" in floats and "qkv_quantizer" not in floats
+
+    # Continuing that QAT run with another quantizer layout is an error, not ignored.
+    values = config_dict(tmp_path / "data", tmp_path / "qat_more", epochs=1, learning_rate=1e-3)
+    values["model"] = {"checkpoint": str(tmp_path / "qat_float"), "quantization_aware": True,
+                       "float_residual": True, "feedforward_float_channels": 4}
+    with pytest.raises(ConfigError, match=r"qat_float is a QAT run with "
+                                          r"feedforward_float_channels=2, but "
+                                          r"model\.feedforward_float_channels is 4: set "
+                                          r"model\.feedforward_float_channels: 2"):
+        Trainer(TrainingConfig.from_dict(values), log=lines.append).run()
+    values["model"].update(float_residual=False, feedforward_float_channels=0)
+    with pytest.raises(ConfigError, match=r"float_residual=True, but model\.float_residual is "
+                                          r"False: set model\.float_residual: true"):
+        Trainer(TrainingConfig.from_dict(values), log=lines.append).run()
+    # With the run's own layout it continues, keeping the sorted channel order.
+    values["model"].update(float_residual=True, feedforward_float_channels=2)
+    Trainer(TrainingConfig.from_dict(values), log=lines.append).run()
+    continued = keras.models.load_model(tmp_path / "qat_more" / "model.keras")
+    block = continued.get_layer("transformer_layer_0")
+    np.testing.assert_array_equal(block.feedforward_channel_order.numpy(), order)
 
 
 def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):

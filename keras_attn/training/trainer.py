@@ -198,7 +198,9 @@ class Trainer:
             if config.model.quantization_aware:
                 from keras_attn.quantization.qat_bert import QatBert
 
-                if not isinstance(model, QatBert):  # a QAT run continued stays as it is
+                if isinstance(model, QatBert):  # a QAT run continued stays as it is
+                    _check_continued_qat_model(model, config)
+                else:
                     model = QatBert.from_float(
                         model, float_residual=config.model.float_residual,
                         feedforward_float_channels=config.model.feedforward_float_channels)
@@ -356,6 +358,18 @@ class Trainer:
             log(f"wrote {self.output_dir / 'model.keras'} and {self.output_dir / 'metrics.json'}"
                 f" in {format_duration(facts['wall_seconds_this_process'])}")
         return results
+
+
+def _check_continued_qat_model(model, config):
+    """A continued QAT run keeps its quantizer layout; a config asking for another is an error
+    rather than silently ignored (its activation ranges were calibrated for that layout)."""
+    for key in ("float_residual", "feedforward_float_channels"):
+        found, asked = getattr(model, key), getattr(config.model, key)
+        if found != asked:
+            raise ConfigError(
+                f"model.checkpoint={config.model.checkpoint} is a QAT run with {key}={found}, "
+                f"but model.{key} is {asked}: set model.{key}: {json.dumps(found)} to continue "
+                "it, or continue its float run instead", config.source)
 
 
 def train(config, log=None):
