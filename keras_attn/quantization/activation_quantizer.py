@@ -43,7 +43,9 @@ class ActivationQuantizer(keras.layers.Layer):
     where `m'`, `M'` are the range nudged so that 0 is exactly representable (TF's
     `FakeQuantWithMinMaxVars`, which the TFLite converter turns into int8 scale and zero
     point). The range is updated in training (and while `calibrating` is set) and frozen
-    in inference. On the TensorFlow backend the op is `tf.quantization.
+    in inference. Under `tf.distribute` the replicas' updates are averaged (the batch
+    extremes of a step enter as their mean over replicas), so every replica and worker
+    keeps the same range. On the TensorFlow backend the op is `tf.quantization.
     fake_quant_with_min_max_vars` (through `keras.quantizers.fake_quant_with_min_max_vars`),
     whose gradient is the straight-through estimator inside the range.
 
@@ -116,18 +118,21 @@ class ActivationQuantizer(keras.layers.Layer):
 
     def build(self, inputs_shape, stats_mask_shape=None):
         low, high = self.fixed_range or (0.0, 0.0)
+        # aggregation="mean": under tf.distribute each replica's update is averaged over
+        # the replicas, so all keep one range. With the default ("none") every replica
+        # kept the EMA of its own batches and the workers of one run disagreed.
         self.min_value = self.add_weight(
             name="min_value", shape=(), initializer=keras.initializers.Constant(low),
-            trainable=False, autocast=False,
+            trainable=False, autocast=False, aggregation="mean",
         )
         self.max_value = self.add_weight(
             name="max_value", shape=(), initializer=keras.initializers.Constant(high),
-            trainable=False, autocast=False,
+            trainable=False, autocast=False, aggregation="mean",
         )
         self.initialized = self.add_weight(
             name="initialized", shape=(),
             initializer=keras.initializers.Constant(1.0 if self.fixed_range else 0.0),
-            trainable=False, autocast=False,
+            trainable=False, autocast=False, aggregation="mean",
         )
         self.built = True
 
