@@ -164,6 +164,32 @@ def test_mlm_with_next_sentence_prediction(tmp_path):
     assert 0 < sum(labels) < len(labels)  # both IsNext and NotNext pairs
 
 
+def test_an_mlm_run_can_be_continued(tmp_path):
+    train_file = write(tmp_path / "train.txt", corpus(24))
+    dev_file = write(tmp_path / "dev.txt", corpus(6, offset=1))
+    first = train(make_config(tmp_path, train_file, dev_file, epochs=4, mask_rate=0.25))
+    values = make_config(tmp_path, train_file, dev_file, mask_rate=0.25).to_dict()
+    values["output_dir"] = str(tmp_path / "continued")
+    values["model"].update(checkpoint=str(tmp_path / "run"), preset=None, overrides={})
+    # A learning rate too small to move the weights: the continued run starts (and so
+    # ends) where the first one stopped, far below a fresh model's perplexity.
+    values["train"]["learning_rate"] = 1e-12
+    lines = []
+    continued = train(TrainingConfig.from_dict(values), log=lines.append)
+    assert any("continuing from the trained model" in line for line in lines)
+    assert continued["history"][0]["dev"]["perplexity"] == pytest.approx(
+        first["history"][-1]["dev"]["perplexity"], rel=1e-4)
+    assert first["history"][-1]["dev"]["perplexity"] < 0.5 * first["history"][0]["dev"][
+        "perplexity"]
+
+    values["output_dir"] = str(tmp_path / "with_nsp")
+    values["data"]["next_sentence_prediction"] = True
+    with pytest.raises(ConfigError, match=r"run holds a BertMaskedLM, but task 'mlm' trains a "
+                                          r"BertPretrainer: data\.next_sentence_prediction: "
+                                          r"true asks for that model; set it to false"):
+        train(TrainingConfig.from_dict(values))
+
+
 def test_bad_mask_rate_names_the_key(tmp_path):
     train_file = write(tmp_path / "train.txt", corpus(2))
     # The config's range check catches it before the task reads any data.

@@ -115,7 +115,7 @@ class MaskedLMTask(BertTask):
         documents = self.documents(data.train)
         self.tokenizer = WordPieceTokenizer(
             self.vocabulary(lambda: [s for sentences in documents for s in sentences]),
-            lowercase=self.config.model.lowercase, sequence_length=data.max_length,
+            lowercase=self.lowercase, sequence_length=data.max_length,
         )
         vocabulary = self.tokenizer.get_vocabulary()
         self.max_predictions = max(1, math.ceil(data.mask_rate * data.max_length))
@@ -217,8 +217,16 @@ class MaskedLMTask(BertTask):
         return encoded
 
     def build_model(self):
+        model_class = BertPretrainer if self.nsp else BertMaskedLM
+        flag = str(self.nsp).lower()  # as the YAML config spells it
+        trained = self.trained_model(  # an mlm run continued (more steps, more text)
+            model_class, None, None,
+            hint=f"data.next_sentence_prediction: {flag} asks for that model; set it to "
+                 f"{str(not self.nsp).lower()} to continue this run")
+        if trained is not None:
+            return trained
         backbone = self.backbone(self.tokenizer.vocabulary_size())
-        return BertPretrainer(backbone) if self.nsp else BertMaskedLM(backbone)
+        return model_class(backbone)
 
     def loss(self):
         if self.nsp:

@@ -213,11 +213,13 @@ class BertTask(Task):
                 return LabelVocabulary.load(directory / "labels.txt")
         return LabelVocabulary.build(training_labels())
 
-    def trained_model(self, model_class, num_outputs, head, **expected):
-        """A trained run's task model: a `model_class` with `num_outputs` classes or tags and
-        attributes equal to `expected`, or the `QatBert` (with that `head`) of a
-        quantization-aware run; its input length must cover `data.max_length`. `None` when
-        `model.checkpoint` is not a run directory."""
+    def trained_model(self, model_class, num_outputs, head, hint="use a run of the same task",
+                      **expected):
+        """A trained run's task model: a `model_class` with `num_outputs` classes or tags
+        (`None`: a model without label outputs, e.g. `BertMaskedLM`) and attributes equal to
+        `expected`, or the `QatBert` (with that `head`) of a quantization-aware run; its
+        input length must cover `data.max_length`. `hint` ends the error for a model of
+        another class. `None` when `model.checkpoint` is not a run directory."""
         from keras_attn.quantization.qat_bert import QatBert
         from keras_attn.training.config import ConfigError
 
@@ -231,15 +233,17 @@ class BertTask(Task):
             wanted = {"head": head, "num_outputs": num_outputs}
             limit = model.max_sequence_length
         elif isinstance(model, model_class):
-            outputs = model.num_classes if model_class.__name__ == "BertClassifier" \
-                else model.num_labels
-            found = {"num_outputs": outputs, **{k: getattr(model, k) for k in expected}}
-            wanted = {"num_outputs": num_outputs, **expected}
+            found = {k: getattr(model, k) for k in expected}
+            wanted = dict(expected)
+            if num_outputs is not None:
+                found["num_outputs"] = model.num_classes \
+                    if model_class.__name__ == "BertClassifier" else model.num_labels
+                wanted["num_outputs"] = num_outputs
             limit = model.backbone.max_sequence_length
         else:
             raise ConfigError(
                 f"{source} holds a {type(model).__name__}, but task {self.name!r} trains a "
-                f"{model_class.__name__}: use a run of the same task", self.config.source)
+                f"{model_class.__name__}: {hint}", self.config.source)
         for name, value in wanted.items():
             if found[name] != value:
                 raise ConfigError(
