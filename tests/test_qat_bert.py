@@ -129,6 +129,15 @@ def test_errors_name_the_problem():
         QatBert.from_float(classifier).calibrate([])
 
 
+def test_layout_differences_list_what_differs():
+    classifier = BertClassifier(tiny_backbone(), num_classes=2)
+    qat = QatBert.from_float(classifier, float_residual=True, feedforward_float_channels=4)
+    assert qat.layout_differences(True, 4) == []
+    assert qat.layout_differences(False, 0) == [("float_residual", True, False),
+                                                ("feedforward_float_channels", 4, 0)]
+    assert qat.layout_differences(True, 2) == [("feedforward_float_channels", 4, 2)]
+
+
 @pytest.mark.parametrize("quantize", [False, True])
 def test_block_query_length_equals_the_first_rows(quantize):
     from keras_attn.quantization.qat_encoder_block import QatEncoderBlock

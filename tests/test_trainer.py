@@ -226,24 +226,33 @@ def free_ports(count):
     return ports
 
 
-def test_two_workers_on_localhost_train_one_model(tmp_path):
-    data = write_data(tmp_path / "data")
+def two_workers_and_one_process(tmp_path, data, model=None, **train):
+    """Trains one config on two local workers (run "multi": worker0/1.npz) and, with the
+    loop runner, in one process (run "single": single.npz); the three outputs."""
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    config = config_dict(data, tmp_path / "multi", dropout=0.0)
+    config = config_dict(data, tmp_path / "multi", dropout=0.0, **train)
+    single = config_dict(data, tmp_path / "single", dropout=0.0, runner="loop", **train)
+    if model is not None:
+        config["model"] = single["model"] = model
     config["distribute"] = {"strategy": "multi_worker"}
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         processes.append(run_subprocess(tmp_path, f"worker{index}", config,
                                         env={"TF_CONFIG": json.dumps(tf_config)}))
-    single = run_subprocess(tmp_path, "single", config_dict(data, tmp_path / "single",
-                                                            dropout=0.0, runner="loop"))
+    processes.append(run_subprocess(tmp_path, "single", single))
     outputs = []
-    for process in processes + [single]:
+    for process in processes:
         code, output = finish(process, timeout=300)
         assert code == 0, output
         outputs.append(output)
     assert "MultiWorkerMirroredStrategy: 2 workers" in outputs[0]
+    return outputs
+
+
+def test_two_workers_on_localhost_train_one_model(tmp_path):
+    data = write_data(tmp_path / "data")
+    outputs = two_workers_and_one_process(tmp_path, data)
     assert "2 replicas x 4" in outputs[0]
     worker0 = load_weights(tmp_path / "worker0.npz")
     worker1 = load_weights(tmp_path / "worker1.npz")
@@ -257,27 +266,10 @@ def test_two_workers_train_one_quantization_aware_model(tmp_path):
     # QAT's calibration (channel sort, ranges) runs eagerly on each worker before the first
     # update; both must reach the same model, and the same as one process would.
     in_process(tmp_path, "float", dropout=0.0, epochs=4, learning_rate=1e-2)
-    data = tmp_path / "data"
     model = {"checkpoint": str(tmp_path / "float"), "quantization_aware": True,
              "float_residual": True, "feedforward_float_channels": 2, "dropout": 0.0}
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    config = config_dict(data, tmp_path / "multi", dropout=0.0, epochs=1, learning_rate=1e-3)
-    config.update(model=model, distribute={"strategy": "multi_worker"})
-    processes = []
-    for index in range(2):
-        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        processes.append(run_subprocess(tmp_path, f"worker{index}", config,
-                                        env={"TF_CONFIG": json.dumps(tf_config)}))
-    single_config = config_dict(data, tmp_path / "single", dropout=0.0, epochs=1,
-                                learning_rate=1e-3, runner="loop")
-    single_config["model"] = model
-    single = run_subprocess(tmp_path, "single", single_config)
-    outputs = []
-    for process in processes + [single]:
-        code, output = finish(process, timeout=300)
-        assert code == 0, output
-        outputs.append(output)
-    assert "MultiWorkerMirroredStrategy: 2 workers" in outputs[0]
+    outputs = two_workers_and_one_process(tmp_path, tmp_path / "data", model, epochs=1,
+                                          learning_rate=1e-3)
     assert all("QAT activation ranges calibrated" in output for output in outputs)
     worker0 = load_weights(tmp_path / "worker0.npz")
     # Every weight, the activation ranges included, is the same on both workers.

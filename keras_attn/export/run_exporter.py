@@ -293,13 +293,14 @@ class RunExporter:
                      f"at learning rate {train['learning_rate']:.2e} -> {qat_dir}")
             Trainer(TrainingConfig.from_dict(values), log=lambda m: self.log("  " + m)).run()
         qat = keras.models.load_model(qat_dir / "model.keras")
-        for name in ("float_residual", "feedforward_float_channels"):
-            found, asked = getattr(qat, name), getattr(self.options, name)
-            if found != asked:
-                raise ExportError(
-                    f"{qat_dir} holds a QAT model with {name}={found}, but this export asks "
-                    f"for {name}={asked}: export to another --output-dir, or delete that "
-                    "directory to retrain it")
+        differences = qat.layout_differences(self.options.float_residual,
+                                             self.options.feedforward_float_channels)
+        if differences:
+            name, found, asked = differences[0]
+            raise ExportError(
+                f"{qat_dir} holds a QAT model with {name}={found}, but this export asks "
+                f"for {name}={asked}: export to another --output-dir, or delete that "
+                "directory to retrain it")
         return qat
 
     def _tflite(self, qat):

@@ -211,6 +211,15 @@ class QatBert(keras.Model):
         calibrated): exporting to int8 needs none."""
         return [q.path for q in self.activation_quantizers if float(q.initialized.numpy()) < 0.5]
 
+    def layout_differences(self, float_residual, feedforward_float_channels):
+        """`(name, this model's value, asked value)` for each quantizer-layout argument
+        that differs from the one asked for (empty when they agree): a QAT model's ranges
+        were learned for its own layout, so a caller asking for another must not reuse it."""
+        asked = {"float_residual": float_residual,
+                 "feedforward_float_channels": feedforward_float_channels}
+        return [(name, getattr(self, name), value) for name, value in asked.items()
+                if getattr(self, name) != value]
+
     def calibrate(self, batches):
         """Sets the activation ranges from forward passes in inference mode (no dropout).
 

@@ -363,13 +363,14 @@ class Trainer:
 def _check_continued_qat_model(model, config):
     """A continued QAT run keeps its quantizer layout; a config asking for another is an error
     rather than silently ignored (its activation ranges were calibrated for that layout)."""
-    for key in ("float_residual", "feedforward_float_channels"):
-        found, asked = getattr(model, key), getattr(config.model, key)
-        if found != asked:
-            raise ConfigError(
-                f"model.checkpoint={config.model.checkpoint} is a QAT run with {key}={found}, "
-                f"but model.{key} is {asked}: set model.{key}: {json.dumps(found)} to continue "
-                "it, or continue its float run instead", config.source)
+    differences = model.layout_differences(config.model.float_residual,
+                                           config.model.feedforward_float_channels)
+    if differences:
+        key, found, asked = differences[0]
+        raise ConfigError(
+            f"model.checkpoint={config.model.checkpoint} is a QAT run with {key}={found}, "
+            f"but model.{key} is {asked}: set model.{key}: {json.dumps(found)} to continue "
+            "it, or continue its float run instead", config.source)
 
 
 def train(config, log=None):
