@@ -370,8 +370,11 @@ def measure_training(names, config, jit_compile=False, warmup_steps=3, windows=5
     first allocations). Then `windows` rounds: in each, every contender (in an order
     rotated per round) runs `model.fit` for `window_steps + 1` steps; the first step of
     each call (iterator start) is not timed, the other `window_steps` are one window.
-    Predict: one warm-up call each, then `predict_repeats` interleaved timed calls over
-    `predict_batches` batches.
+    Predict: each contender's forward pass compiled once (`predict_step`), one warm-up
+    call, then `predict_repeats` interleaved rounds in which every batch of
+    `predict_batches` device-resident batches is timed as one call; tokens/s uses the
+    median call, and the 10th-90th percentile spread is kept. `model.predict` over the same
+    batches is timed too (`predict_loop_call_seconds`), to see what its loop adds.
 
     Returns:
         List of per-contender dicts: median tokens/s (training and predict), the
@@ -379,11 +382,9 @@ def measure_training(names, config, jit_compile=False, warmup_steps=3, windows=5
     """
     models = {name: _compiled(name, config, jit_compile) for name in names}
     train_data = _dataset(config)
-    predict_data = _dataset(config, batches=predict_batches, with_labels=False)
     tokens = config.batch_size * config.sequence_length
     rates = {name: [] for name in names}
     steps = {name: [] for name in names}
-    predict_seconds = {name: [] for name in names}
     for model in models.values():
         model.fit(train_data, epochs=1, steps_per_epoch=warmup_steps, shuffle=False,
                   verbose=0)
@@ -395,13 +396,8 @@ def measure_training(names, config, jit_compile=False, warmup_steps=3, windows=5
             timed = np.diff(timer.times[1:])  # the last `window_steps` steps
             steps[name] += timed.tolist()
             rates[name].append(window_steps * tokens / float(timed.sum()))
-    for model in models.values():
-        model.predict(predict_data, steps=predict_batches, verbose=0)
-    for r in range(predict_repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
-            models[name].predict(predict_data, steps=predict_batches, verbose=0)
-            predict_seconds[name].append(time.perf_counter() - start)
+    predict_seconds, loop_seconds = measure_predict(models, names, config, predict_batches,
+                                                    predict_repeats)
     return [{
         "contender": name,
         "parameters": int(models[name].count_params()),
@@ -410,10 +406,59 @@ def measure_training(names, config, jit_compile=False, warmup_steps=3, windows=5
         "train_tokens_per_s": float(statistics.median(rates[name])),
         "train_window_tokens_per_s": [float(r) for r in rates[name]],
         "train_step_ms_median": float(1e3 * np.median(steps[name])),
-        "predict_tokens_per_s": float(
-            predict_batches * tokens / statistics.median(predict_seconds[name])),
+        "predict_tokens_per_s": float(tokens / statistics.median(predict_seconds[name])),
+        "predict_call_ms_p10_p50_p90": [
+            float(1e3 * q) for q in np.percentile(predict_seconds[name], [10, 50, 90])],
         "predict_call_seconds": [float(d) for d in predict_seconds[name]],
+        "predict_loop_call_seconds": [float(d) for d in loop_seconds[name]],
     } for name in names]
+
+
+def predict_step(model):
+    """The model's inference forward pass as one compiled TensorFlow function: what
+    `model.predict` runs per batch, without its data iterator and output gathering."""
+    import tensorflow as tf
+
+    return tf.function(lambda inputs: model(inputs, training=False))
+
+
+def measure_predict(models, names, config, batches, repeats):
+    """Per-batch seconds of each contender's `predict_step` over device-resident batches,
+    interleaved, and of whole `model.predict` calls over the same batches.
+
+    Each timed call ends by copying its (B, C) logits to the host, so the clock stops when
+    the computation has. The loop time (`model.predict` over a `tf.data` pipeline) is kept
+    apart: on one AVX-512 machine every contender's `predict` took the same 0.32 s a batch
+    (12,840 / 12,837 / 12,840 tokens/s), a rate that measured something other than the
+    models; the per-call step times tell the models apart.
+
+    Returns:
+        `(step_seconds, loop_seconds)`: dicts of lists, `repeats * batches` step times and
+        `repeats` loop times per contender.
+    """
+    import tensorflow as tf
+
+    inputs, _ = synthetic_examples(config, batches * config.batch_size)
+    B = config.batch_size
+    resident = [{key: tf.constant(value[i * B:(i + 1) * B]) for key, value in inputs.items()}
+                for i in range(batches)]  # (B, T) int32 each
+    steps = {name: predict_step(models[name]) for name in names}
+    predict_data = _dataset(config, batches=batches, with_labels=False)
+    step_seconds = {name: [] for name in names}
+    loop_seconds = {name: [] for name in names}
+    for name in names:  # trace and warm up
+        np.asarray(steps[name](resident[0]))
+        models[name].predict(predict_data, steps=batches, verbose=0)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for batch in resident:
+                start = time.perf_counter()
+                np.asarray(steps[name](batch))
+                step_seconds[name].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            models[name].predict(predict_data, steps=batches, verbose=0)
+            loop_seconds[name].append(time.perf_counter() - start)
+    return step_seconds, loop_seconds
 
 
 def measure_memory(name, config, sequence_length, steps=2, jit_compile=False):
@@ -693,10 +738,11 @@ class Driver:
 
 
 def _machine():
-    from keras_attn.machine import cpu_model
+    from keras_attn.machine import cpu_description
 
-    return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "load_average_start": os.getloadavg()}
+    return {"cpu": cpu_description(), "logical_cpus": os.cpu_count(),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "load_average_start": os.getloadavg()}
 
 
 def _versions():
@@ -882,8 +928,11 @@ def render_markdown(results):
         f"warm-up steps each, then {settings['windows']} rounds in which each trains one "
         f"window of {settings['window_steps']} timed steps (order rotated per round); "
         "tokens/s is the median over windows, tokens = batch x sequence (padding "
-        "included). Predict: median of 3 interleaved calls over "
-        f"{settings['predict_batches']} batches, after one warm-up call each.",
+        "included). Predict: each contender's forward pass compiled once, every one of "
+        f"{settings['predict_batches']} device-resident batches timed as one call, 3 "
+        "interleaved rounds after a warm-up call; tokens/s from the median call (the "
+        "`predict_call_ms_p10_p50_p90` spread and whole `model.predict` times are in the "
+        "JSON).",
         f"- Matmul peak (fp32, `tf.linalg.matmul`): {_fmt(peak)} GFLOP/s at the start, "
         f"{_fmt(peak_end)} at the end"
         + (f"; bfloat16 {_fmt(peak_bf16)} GFLOP/s" if peak_bf16 else "") + ".",

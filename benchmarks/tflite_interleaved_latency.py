@@ -19,6 +19,8 @@ import time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
+from keras_attn.machine import cpu_description
+
 
 def _runner(path, sequence_length, threads):
     runner = Interpreter(model_path=path, num_threads=threads).get_signature_runner()
@@ -74,6 +76,8 @@ def main(argv=None):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1. "
                          f"Received: {getattr(args, name)}")
+    # int8 speed depends on the CPU's VNNI (and bf16 on AVX-512 BF16): name it with the table.
+    print(f"CPU: {cpu_description()}, {args.threads} thread(s)\n")
     print(table(measure(args.models, args.sequence_length, args.rounds, args.runs,
                         args.threads)))
 

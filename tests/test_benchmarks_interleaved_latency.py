@@ -4,6 +4,7 @@ import keras
 import pytest
 
 from keras_attn.export.tflite_export import export_tflite
+from keras_attn.machine import cpu_description
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from tests.scripts import load_script
@@ -25,8 +26,9 @@ def test_models_are_timed_in_turns_and_tabled(tmp_path, capsys):
     assert all(t > 0 for path in paths for t in times[path])
     bench.main([*paths, "--sequence-length", "8", "--rounds", "1", "--runs", "2"])
     lines = capsys.readouterr().out.strip().split("\n")
-    assert lines[0] == "| model | p50 ms | p90 ms | × first |" and len(lines) == 4
-    assert lines[2].endswith("| 1.00 |")
+    assert lines[0] == f"CPU: {cpu_description()}, 1 thread(s)" and lines[1] == ""
+    assert lines[2] == "| model | p50 ms | p90 ms | × first |" and len(lines) == 6
+    assert lines[4].endswith("| 1.00 |")
     with pytest.raises(SystemExit):
         bench.main([paths[0], "--sequence-length", "0"])
 

@@ -224,6 +224,11 @@ def test_quick_run_end_to_end(tmp_path):
         assert entry["train_tokens_per_s"] > 0 and entry["predict_tokens_per_s"] > 0
         assert entry["jit_compile_resolved"] is False
         assert len(entry["train_window_tokens_per_s"]) == 2  # --quick: 2 windows
+        # --quick: 3 rounds of 2 batches, each batch one timed call; one predict loop a round
+        assert len(entry["predict_call_seconds"]) == 6, name
+        assert len(entry["predict_loop_call_seconds"]) == 3, name
+        p10, p50, p90 = entry["predict_call_ms_p10_p50_p90"]
+        assert 0 < p10 <= p50 <= p90, name
     assert {(m["contender"], m["sequence_length"]) for m in results["memory"]} == {
         (name, 64) for name in peers.CONTENDERS}
     assert all(m["peak_rss_mb"] >= m["rss_after_build_mb"] > 0 for m in results["memory"])

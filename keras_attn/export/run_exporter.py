@@ -576,9 +576,9 @@ def _version():
 def _machine():
     import tensorflow as tf
 
-    from keras_attn.machine import cpu_model
+    from keras_attn.machine import cpu_description
 
-    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "tensorflow": tf.__version__,
+    return {"cpu": cpu_description(), "cpu_count": os.cpu_count(), "tensorflow": tf.__version__,
             "keras": keras.__version__}
 
 
