@@ -29,10 +29,12 @@ class XLNetLM(keras.Model):
         `(B, P, V)` logits, or a dict `{"logits", "memory"}` for a backbone with memory.
 
     Example:
+    >>> from keras_attn.models.permutation_lm_inputs import permutation_lm_inputs
     >>> backbone = XLNetBackbone.from_preset("xlnet_tiny", vocabulary_size=20,
     ...                                      two_stream=True)
     >>> lm = XLNetLM(backbone)
-    >>> inputs = permutation_lm_inputs(np.array([[3, 4, 5, 6]]), num_predict=2, seed=1)
+    >>> inputs, labels, weights = permutation_lm_inputs(np.array([[3, 4, 5, 6]]),
+    ...                                                 num_predict=2, seed=1)
     >>> tuple(lm(inputs).shape)
     (1, 2, 20)
     """
