@@ -1,15 +1,12 @@
 """`load_hf_xlnet` against transformers' PyTorch `XLNetLMHeadModel` (committed fixture,
 made by `tests/fixtures/make_xlnet_tiny_fixture.py`)."""
 
-import json
 import os
-import shutil
 
 import numpy as np
 import pytest
 
 from keras_attn.checkpoints.hf_xlnet import load_hf_xlnet
-from keras_attn.models.xlnet_backbone import XLNetBackbone
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "xlnet_tiny")
 

@@ -136,11 +136,11 @@ class XLNetBackbone(keras.Model):
             target_mapping = inputs["target_mapping"]
             visible = ops.logical_and(
                 visible, ops.cast(inputs["permutation_mask"], "bool"))  # (B, T, T)
-            query_stream = embedding_dropout(
-                _QueryStreamStart(hidden_dim, dtype=dtype, name="query_stream_start")(target_mapping))
+            start = _QueryStreamStart(hidden_dim, dtype=dtype, name="query_stream_start")
+            query_stream = embedding_dropout(start(target_mapping))  # (B, P, d)
         else:
-            length = ops.shape(inputs["token_ids"])[1]
-            visible = ops.repeat(visible, length, axis=1)  # (B, T, T)
+            every_query = ops.cast(ops.ones_like(inputs["token_ids"]), "bool")[:, :, None]
+            visible = ops.logical_and(every_query, visible)  # (B, T, T)
         if memory_length is not None:
             inputs["memory"] = keras.Input((num_layers, None, hidden_dim), name="memory")
         h = embedding_dropout(token_embedding(inputs["token_ids"]))  # (B, T, d)
@@ -183,6 +183,23 @@ class XLNetBackbone(keras.Model):
     def transformer_layers(self):
         """The `L` `XLNetBlock`s, first to last."""
         return [self.get_layer(f"xlnet_layer_{i}") for i in range(self.num_layers)]
+
+    def content_stream_backbone(self):
+        """A copy without query stream and memory, with this backbone's weights (what
+        fine-tuning heads take after permutation-LM pretraining).
+
+        Example:
+        >>> pretrained = XLNetBackbone.from_preset("xlnet_tiny", two_stream=True)
+        >>> pretrained.content_stream_backbone().two_stream
+        False
+        """
+        config = {**self.get_config(), "two_stream": False, "memory_length": None}
+        config.pop("name")
+        copy = type(self).from_config(config)
+        for layer in copy.layers:
+            if layer.weights:
+                layer.set_weights(self.get_layer(layer.name).get_weights())
+        return copy
 
     @classmethod
     def from_preset(cls, name, **overrides):
