@@ -72,3 +72,11 @@ def test_no_leak_in_the_query_stream_and_content_sees_its_token():
         # ... while the content stream at z_t does.
         for b, i in enumerate(positions):
             assert np.abs(out["sequence_output"][b, i] - base["sequence_output"][b, i]).max() > 1e-3
+
+
+def test_order_noise_replaces_the_draw():
+    noise = np.array([[0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.8, 0.4]])
+    inputs, labels, _ = _numpy(permutation_lm_inputs(TOKENS[:1], 3, order_noise=noise))
+    # Order by increasing noise: 1, 5, 3, 7, 2, 4, 6, 0; the last three are the targets.
+    np.testing.assert_array_equal(np.argmax(inputs["target_mapping"][0], -1), [4, 6, 0])
+    np.testing.assert_array_equal(labels[0], TOKENS[0, [4, 6, 0]])

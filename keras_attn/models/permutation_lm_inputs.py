@@ -5,7 +5,7 @@ from keras_attn.layers.validation import check_positive_int
 
 
 def permutation_lm_inputs(token_ids, num_predict, padding_mask=None, segment_ids=None,
-                          span_length=1, seed=None):
+                          span_length=1, seed=None, order_noise=None):
     """Samples factorization orders and builds XLNet's permutation-LM inputs in-graph.
 
     Yang et al. (2019), §2.2-2.3: for an order `z` of the positions, token `x_{z_t}` is
@@ -29,6 +29,9 @@ def permutation_lm_inputs(token_ids, num_predict, padding_mask=None, segment_ids
         segment_ids: optional `(B, T)` int. Defaults to zeros.
         span_length: int, positions per span of the order. Defaults to `1`.
         seed: int or `keras.random.SeedGenerator`; the same int gives the same orders.
+        order_noise: optional `(B, ceil(T / span_length))` floats that replace the
+            random draw: spans are ordered by increasing noise (e.g. numpy draws seeded
+            per example, so an example's order does not depend on its batch).
 
     Returns:
         `(inputs, labels, label_weights)`: the `XLNetLM` input dict (`token_ids`,
@@ -58,7 +61,8 @@ def permutation_lm_inputs(token_ids, num_predict, padding_mask=None, segment_ids
     # === Order: a random rank per span, left to right inside it, padding first ===
     positions = ops.arange(length, dtype="int32")  # (T,)
     num_spans = (length + span_length - 1) // span_length
-    noise = keras.random.uniform((batch, num_spans), seed=seed)  # (B, N)
+    noise = (keras.random.uniform((batch, num_spans), seed=seed) if order_noise is None
+             else ops.convert_to_tensor(order_noise, "float32"))  # (B, N)
     span_rank = ops.argsort(ops.argsort(noise, axis=-1), axis=-1)  # (B, N)
     span_rank = ops.take(span_rank, positions // span_length, axis=1)  # (B, T)
     key = ops.cast(span_rank * span_length + positions % span_length + 1, "int32")
