@@ -134,8 +134,8 @@ def load_hf_xlnet(directory, *, two_stream=True, memory_length="config", skip=()
     targets = _weight_targets(model, backbone)
     problems, found = [], {}
     embedding = tensors.get("transformer.word_embedding.weight")
-    tied = tensors.pop("lm_loss.weight", None)
-    if tied is not None and two_stream and (
+    tied = tensors.pop("lm_loss.weight", None) if two_stream else None
+    if tied is not None and (
             embedding is None or not np.array_equal(tied, embedding)):
         problems.append("lm_loss.weight differs from transformer.word_embedding.weight, "
                         "but XLNetLM ties its output to the embedding")

@@ -3,7 +3,6 @@ of the predicted (last `1/K` of each factorization order) tokens."""
 
 import math
 
-import keras
 import numpy as np
 from keras import ops
 
@@ -66,9 +65,6 @@ class PermutationLMTask(CausalLMTask):
         overrides.update(model.overrides)
         return XLNetLM(XLNetBackbone.from_preset(model.preset, **overrides))
 
-    def loss(self):
-        return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
-
     def collate(self, examples):
         length = padded_length([len(e["token_ids"]) for e in examples],
                                self.config.data.max_length)
@@ -82,17 +78,3 @@ class PermutationLMTask(CausalLMTask):
             token_ids, num_predict, padding_mask=real.astype("int32"), order_noise=noise)
         x = {k: ops.convert_to_numpy(v) for k, v in inputs.items()}
         return x, ops.convert_to_numpy(labels), ops.convert_to_numpy(weights)
-
-    def evaluate(self, predict, examples, batch_size):
-        total_nll, correct, count = 0.0, 0, 0
-        for indices, x in self.eval_batches(examples, batch_size):
-            logits = predict(x)  # (B, P, V)
-            _, labels, weights = self.collate([examples[i] for i in indices])
-            log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
-            nll = -np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]  # (B, P)
-            total_nll += float((nll * weights).sum())
-            correct += int(((logits.argmax(-1) == labels) * weights).sum())
-            count += int(weights.sum())
-        mean_nll = total_nll / count
-        return {"perplexity": float(np.exp(mean_nll)), "loss": mean_nll,
-                "token_accuracy": correct / count, "tokens": count, "blocks": len(examples)}
