@@ -68,7 +68,6 @@ class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
         self.dropout = dropout
         self.activation = get_activation(activation)
         self.layer_norm_epsilon = layer_norm_epsilon
-        self.norm_first = False
         self.kernel_initializer = keras.initializers.get(
             kernel_initializer or keras.initializers.RandomNormal(stddev=0.02))
 
