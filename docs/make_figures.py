@@ -240,6 +240,41 @@ def plot_transformer_xl(path):
     plt.close(fig)
 
 
+def plot_xlnet_streams(path):
+    """Content- and query-stream masks of one factorization order, from
+    `permutation_lm_inputs` (every position a target: the full order)."""
+    from keras import ops
+
+    from keras_attn.models.permutation_lm_inputs import permutation_lm_inputs
+
+    plt = _pyplot()
+    tokens = ["I", "like", "cats", "more", "than", "dogs"]
+    order = [3, 5, 1, 0, 4, 2]  # z: "more", "dogs", "like", "I", "than", "cats"
+    noise = np.empty((1, 6))
+    noise[0, order] = np.arange(6) / 6  # spans ordered by increasing noise
+    inputs, _, _ = permutation_lm_inputs(np.arange(1, 7)[None], 6, order_noise=noise)
+    query = ops.convert_to_numpy(inputs["permutation_mask"])[0].astype(bool)
+    content = query | np.eye(6, dtype=bool)
+    labels = [f"{t} (z={order.index(i) + 1})" for i, t in enumerate(tokens)]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), gridspec_kw={"wspace": 0.6})
+    titles = ("content stream h: sees z<=t", "query stream g: sees z<t only")
+    for ax, title, mask in zip(axes, titles, (content, query)):
+        ax.imshow(mask.astype(int), cmap="Greens", vmin=-0.3, vmax=1.2)
+        for i in range(6):
+            for j in range(6):
+                ax.text(j, i, "1" if mask[i, j] else "0", ha="center", va="center",
+                        fontsize=8, color="white" if mask[i, j] else "#aa0000")
+        ax.set_xticks(range(6))
+        ax.set_xticklabels(tokens, rotation=90)
+        ax.set_yticks(range(6))
+        ax.set_yticklabels(labels)
+        ax.set_xlabel("key j (input order)")
+        ax.set_title(title, fontsize=10)
+    fig.suptitle("XLNet masks for the order z = more, dogs, like, I, than, cats", fontsize=10)
+    fig.savefig(path, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+
+
 def concept_figures(images=IMAGES):
     """The figures of docs/concepts.md (MiniLM attention, masks, blocks, Transformer-XL)."""
     tokens, maps = _minilm_attention(SENTENCE)
@@ -249,6 +284,7 @@ def concept_figures(images=IMAGES):
     plot_masks(images / "attention_masks.png")
     plot_blocks(images / "post_ln_pre_ln_blocks.png")
     plot_transformer_xl(images / "transformer_xl_relative_attention.png")
+    plot_xlnet_streams(images / "xlnet_two_stream_masks.png")
 
 
 def main():

@@ -26,6 +26,8 @@ from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbed
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.transformer_xl_block import TransformerXLBlock
+from keras_attn.layers.two_stream_relative_attention import TwoStreamRelativeAttention
+from keras_attn.layers.xlnet_block import XLNetBlock
 
 __all__ = [
     "AlibiBias",
@@ -54,4 +56,6 @@ __all__ = [
     "sinusoidal_table",
     "sliding_window_mask",
     "viterbi_decode",
+    "TwoStreamRelativeAttention",
+    "XLNetBlock",
 ]

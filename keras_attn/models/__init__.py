@@ -15,11 +15,18 @@ from keras_attn.models.masked_lm_head import MaskedLMHead
 from keras_attn.models.masked_sparse_categorical_crossentropy import (
     MaskedSparseCategoricalCrossentropy,
 )
+from keras_attn.models.permutation_lm_inputs import permutation_lm_inputs
 from keras_attn.models.seq2seq_transformer import SEQ2SEQ_TRANSFORMER_PRESETS
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 from keras_attn.models.seq2seq_transformer import make_teacher_forcing_batch
 from keras_attn.models.transformer_xl_lm import TRANSFORMER_XL_PRESETS
 from keras_attn.models.transformer_xl_lm import TransformerXLLM
+from keras_attn.models.xlnet_backbone import XLNET_PRESETS
+from keras_attn.models.xlnet_backbone import XLNetBackbone
+from keras_attn.models.xlnet_backbone import xlnet_parameter_count
+from keras_attn.models.xlnet_classifier import XLNetClassifier
+from keras_attn.models.xlnet_lm import XLNetLM
+from keras_attn.models.xlnet_token_classifier import XLNetTokenClassifier
 
 __all__ = [
     "BERT_PRESETS",
@@ -40,4 +47,11 @@ __all__ = [
     "bert_parameter_count",
     "gpt_parameter_count",
     "make_teacher_forcing_batch",
+    "XLNET_PRESETS",
+    "XLNetBackbone",
+    "XLNetClassifier",
+    "XLNetLM",
+    "XLNetTokenClassifier",
+    "permutation_lm_inputs",
+    "xlnet_parameter_count",
 ]

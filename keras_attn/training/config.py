@@ -4,7 +4,7 @@ A config has five sections. Every key has a default except `task` and `data.trai
 unknown key, a wrong type or an impossible value raises a `ConfigError` that names the key,
 the file and what would be accepted, before anything is trained.
 
-    task: classification          # classification | ner | mlm | causal_lm | seq2seq
+    task: classification   # classification | ner | mlm | causal_lm | seq2seq | permutation_lm
     output_dir: runs/sst2         # checkpoints, TensorBoard logs, metrics.json, the model
     data:   {train: ..., dev: ..., test: ..., max_length: 128, ...}
     model:  {preset: bert_tiny | checkpoint: minilm | <HF dir>, ...}
@@ -22,7 +22,7 @@ import pathlib
 
 import yaml
 
-TASKS = ("classification", "ner", "mlm", "causal_lm", "seq2seq")
+TASKS = ("classification", "ner", "mlm", "causal_lm", "seq2seq", "permutation_lm")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 DECAYS = ("linear", "cosine", "constant")
 PRECISIONS = (None, "float32", "mixed_bfloat16", "mixed_float16")
@@ -97,7 +97,8 @@ SCHEMA = {
         "max_train_examples": _key(None, int, None, minimum=1,
                                    help="use only the first N training examples"),
         "mask_rate": _key(0.15, float, minimum=0.01, maximum=1.0,
-                          help="mlm: share of tokens selected for prediction"),
+                          help="mlm: share of tokens selected for prediction; "
+                               "permutation_lm: predicted share 1/K of each order"),
         "next_sentence_prediction": _key(False, bool, help="mlm: add the NSP head and pairs"),
         "dupe_factor": _key(1, int, minimum=1, maximum=100,
                             help="mlm: masked copies of every training sequence"),

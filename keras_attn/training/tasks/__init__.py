@@ -4,6 +4,7 @@ from keras_attn.training.tasks.causal_lm_task import CausalLMTask
 from keras_attn.training.tasks.classification_task import ClassificationTask
 from keras_attn.training.tasks.masked_lm_task import MaskedLMTask
 from keras_attn.training.tasks.ner_task import NerTask
+from keras_attn.training.tasks.permutation_lm_task import PermutationLMTask
 from keras_attn.training.tasks.seq2seq_task import Seq2SeqTask
 from keras_attn.training.tasks.task import Task
 
@@ -13,6 +14,7 @@ TASKS = {
     "mlm": MaskedLMTask,
     "causal_lm": CausalLMTask,
     "seq2seq": Seq2SeqTask,
+    "permutation_lm": PermutationLMTask,
 }
 
 
@@ -26,6 +28,7 @@ __all__ = [
     "ClassificationTask",
     "MaskedLMTask",
     "NerTask",
+    "PermutationLMTask",
     "Seq2SeqTask",
     "TASKS",
     "Task",

@@ -4,6 +4,8 @@ import keras
 import numpy as np
 
 from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.models.xlnet_backbone import XLNetBackbone
+from keras_attn.models.xlnet_classifier import XLNetClassifier
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.tasks.task import BertTask
@@ -75,6 +77,9 @@ class ClassificationTask(BertTask):
         if trained is not None:
             return trained
         backbone = self.backbone(self.tokenizer.vocabulary_size())
+        if isinstance(backbone, XLNetBackbone):  # the encoder of a permutation_lm run
+            return XLNetClassifier(backbone, num_classes=len(self.labels),
+                                   dropout=self.config.model.dropout)
         return BertClassifier(backbone, num_classes=len(self.labels),
                               dropout=self.config.model.dropout)
 

@@ -7,6 +7,8 @@ from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.models.masked_sparse_categorical_crossentropy import (
     MaskedSparseCategoricalCrossentropy,
 )
+from keras_attn.models.xlnet_backbone import XLNetBackbone
+from keras_attn.models.xlnet_token_classifier import XLNetTokenClassifier
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.ner import IGNORE_LABEL
 from keras_attn.text.ner import align_word_labels
@@ -14,6 +16,7 @@ from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_scores
 from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.config import ConfigError
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length
@@ -87,6 +90,13 @@ class NerTask(BertTask):
         if trained is not None:
             return trained
         backbone = self.backbone(self.tokenizer.vocabulary_size())
+        if isinstance(backbone, XLNetBackbone):  # the encoder of a permutation_lm run
+            if self.config.model.use_crf:
+                raise ConfigError("XLNetTokenClassifier has no CRF: set model.use_crf: false "
+                                  "to fine-tune a permutation_lm run. Received: "
+                                  "model.use_crf=true", self.config.source)
+            return XLNetTokenClassifier(backbone, num_classes=len(self.labels),
+                                        dropout=self.config.model.dropout)
         return BertTokenClassifier(backbone, num_labels=len(self.labels),
                                    dropout=self.config.model.dropout,
                                    use_crf=self.config.model.use_crf)

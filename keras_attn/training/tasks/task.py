@@ -10,10 +10,13 @@ import keras
 import numpy as np
 
 from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.models.xlnet_backbone import XLNetBackbone
 
 PAD_MULTIPLE = 8
 # Tasks that can fine-tune the encoder of an `mlm` run (`model.checkpoint: <run dir>`).
 FINE_TUNING_TASKS = ("classification", "ner")
+# Pretraining tasks whose encoder those tasks fine-tune.
+PRETRAINING_TASKS = ("mlm", "permutation_lm")
 
 
 def padded_length(lengths, max_length):
@@ -175,7 +178,8 @@ class BertTask(Task):
         """The `mlm` run directory `model.checkpoint` names when this task fine-tunes its
         encoder (BERT's pretrain-then-fine-tune), else `None`."""
         directory, task = self._run_directory()
-        return directory if task == "mlm" and self.name in FINE_TUNING_TASKS else None
+        return directory if task in PRETRAINING_TASKS and self.name in FINE_TUNING_TASKS \
+            else None
 
     def trained_run(self):
         """The `keras-attn train` run directory `model.checkpoint` names (it holds
@@ -281,9 +285,11 @@ class BertTask(Task):
 
         source = f"model.checkpoint={self.config.model.checkpoint}"
         pretrained = keras.models.load_model(run / "model.keras", compile=False).backbone
+        if isinstance(pretrained, XLNetBackbone):  # a permutation_lm run: its content stream
+            pretrained = pretrained.content_stream_backbone()
         config = {**pretrained.get_config(), **self.config.model.overrides}
         config.pop("dtype", None)  # this run's dtype policy (train.mixed_precision) applies
-        backbone = BertBackbone.from_config(config)
+        backbone = type(pretrained).from_config(config)
         try:
             backbone.set_weights(pretrained.get_weights())
         except ValueError as error:
@@ -291,10 +297,11 @@ class BertTask(Task):
                 f"{source}: model.overrides={self.config.model.overrides} change the shape "
                 f"of the pretrained encoder's weights ({str(error).splitlines()[0]}); only "
                 "override shape-free arguments such as dropout", self.config.source) from None
-        if self.config.data.max_length > backbone.max_sequence_length:
+        limit = getattr(backbone, "max_sequence_length", None)  # XLNet: relative positions
+        if limit is not None and self.config.data.max_length > limit:
             raise ConfigError(
                 f"data.max_length={self.config.data.max_length} exceeds the "
-                f"max_sequence_length={backbone.max_sequence_length} of the encoder "
+                f"max_sequence_length={limit} of the encoder "
                 f"pretrained in {run}: use at most {backbone.max_sequence_length}",
                 self.config.source)
         self.log(f"fine-tuning the encoder pretrained in {run / 'model.keras'}")
