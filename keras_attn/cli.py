@@ -242,15 +242,23 @@ def _predict(args):
 
 def _serve(args):
     from keras_attn.inference.http_server import RestApi
+    from keras_attn.inference.http_server import ServerLimits
     from keras_attn.inference.http_server import make_server
     from keras_attn.inference.http_server import url_of
 
     try:
+        limits = ServerLimits(
+            max_header_bytes=args.max_header_bytes, max_connections=args.max_connections,
+            backlog=args.backlog, header_timeout=args.header_timeout,
+            request_timeout=args.request_timeout, keep_alive_timeout=args.keep_alive_timeout,
+            workers=args.workers, max_batch_size=args.max_batch_size,
+            batch_timeout=args.batch_timeout_ms / 1000,
+            max_queued_examples=args.max_queued_examples)
         api = RestApi(args.saved_model_dir, model_name=args.model_name,
                       max_batch=args.max_batch, max_text_chars=args.max_text_chars)
         server = make_server(api, args.host, args.port, args.max_request_bytes,
-                             log=lambda line: sys.stderr.write(line + "\n"))
-    except (ValueError, OSError) as error:
+                             log=lambda line: sys.stderr.write(line + "\n"), limits=limits)
+    except (ValueError, OSError, ImportError) as error:
         sys.stderr.write(f"keras-attn serve: error: {error}\n")
         return 2
     url = url_of(server, api)
@@ -405,14 +413,71 @@ def build_parser():
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (0.0.0.0: every interface)")
     serve.add_argument("--port", type=int, default=8501, help="port (0: any free port)")
-    serve.add_argument("--max-batch", type=_positive_int, default=64,
-                       help="most examples per request (more: 400)")
-    serve.add_argument("--max-request-bytes", type=_positive_int, default=1_000_000,
-                       help="largest request body (larger: 413)")
-    serve.add_argument("--max-text-chars", type=_positive_int, default=20_000,
-                       help="longest text of a request, in characters (longer: 400)")
+    _serve_limits(serve)
     serve.set_defaults(handler=_serve)
     return parser
+
+
+def _serve_limits(serve):
+    """`keras-attn serve`'s limits, each with its default in --help."""
+    limits = serve.add_argument_group(
+        "limits", "every request is bounded in size and time, and the server in connections, "
+        "threads and queued work")
+    add = limits.add_argument
+    add("--max-batch", type=_positive_int, default=64,
+        help="most examples per request; more: 400 (default: %(default)s)")
+    add("--max-text-chars", type=_positive_int, default=20_000,
+        help="longest text of a request, in characters; longer: 400 (default: %(default)s)")
+    add("--max-request-bytes", type=_positive_int, default=1_000_000,
+        help="largest request body; larger: 413, not read (default: %(default)s)")
+    add("--max-header-bytes", type=_positive_int, default=16_384,
+        help="largest request line plus headers; larger: 400 (default: %(default)s)")
+    add("--max-connections", type=_positive_int, default=256,
+        help="most open connections and requests in progress; past it: 503 "
+             "(default: %(default)s)")
+    add("--backlog", type=_positive_int, default=1024,
+        help="listen backlog: connections the kernel queues until accepted "
+             "(default: %(default)s)")
+    add("--header-timeout", type=_positive_float, default=10.0,
+        help="seconds for a request's line and headers, from the connection's opening or "
+             "the previous answer; then the connection is closed (default: %(default)s)")
+    add("--request-timeout", type=_positive_float, default=30.0,
+        help="seconds for the body, the model work and the answer after the headers; past "
+             "it: 408 (body incomplete) or 504 (default: %(default)s)")
+    add("--keep-alive-timeout", type=_positive_float, default=5.0,
+        help="seconds an idle keep-alive connection stays open (default: %(default)s)")
+    add("--workers", type=_positive_int, default=2,
+        help="model batches run at once, in threads (default: %(default)s)")
+    add("--max-batch-size", type=_non_negative_int, default=32,
+        help="most examples of concurrent requests merged into one model batch; 0 runs "
+             "every request alone (default: %(default)s)")
+    add("--batch-timeout-ms", type=_non_negative_float, default=2.0,
+        help="milliseconds a request waits for others to join its batch "
+             "(default: %(default)s)")
+    add("--max-queued-examples", type=_positive_int, default=2048,
+        help="most examples waiting for the model; past it: 503 (default: %(default)s)")
+
+
+def _positive_float(text):
+    return _number(text, float, 0, "a positive number")
+
+
+def _non_negative_float(text):
+    return _number(text, float, -1, "a non-negative number")
+
+
+def _non_negative_int(text):
+    return _number(text, int, -1, "a non-negative integer")
+
+
+def _number(text, kind, above, what):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not value > above or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
 
 
 def _positive_int(text):

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.export.serving_module import export_saved_model
+from keras_attn.inference.http_server import COUNTED_OUTPUTS
 from keras_attn.inference.http_server import RestApi
 from keras_attn.inference.http_server import find_saved_model
 from keras_attn.inference.http_server import make_server
@@ -188,7 +189,15 @@ def test_other_signatures(server, saved_models):
     assert body["outputs"]["task"] == "classification"
 
 
-def test_tagger_outputs_are_returned_as_the_signature_pads_them(saved_models):
+def _cut(name, values, row_counts):
+    """The signature's padded row `values` of output `name` cut to the row's own count."""
+    for count, names in COUNTED_OUTPUTS.items():
+        if name in names:
+            return values[:row_counts[count]]
+    return values
+
+
+def test_tagger_rows_list_their_own_words_and_entities(saved_models):
     directory, version = find_saved_model(saved_models[1].parent)
     assert (directory, version) == (saved_models[1], "3")
     api = RestApi(saved_models[1].parent, model_name="ner")
@@ -199,16 +208,21 @@ def test_tagger_outputs_are_returned_as_the_signature_pads_them(saved_models):
     expected = direct(saved_models[1], texts)
     for row, prediction in enumerate(body["predictions"]):
         assert sorted(prediction) == sorted(expected)
+        counts = {c: int(expected[c][row]) for c in COUNTED_OUTPUTS}
         for name, value in expected.items():
             value = value[row]
-            if value.dtype == object:
-                assert prediction[name] == _text(value), name
-            else:
-                assert prediction[name] == value.tolist(), name
-    # The short text's rows are padded to the longer one's, as the signature returns them.
-    assert len(body["predictions"][1]["words"]) == len(body["predictions"][0]["words"]) == 5
-    assert body["predictions"][1]["words"][1:] == [""] * 4
+            want = _text(value) if value.dtype == object else value.tolist()
+            assert prediction[name] == _cut(name, want, counts), name
+    # The signature pads the short text's rows to the longer one's; row format cuts them (the
+    # answer's size follows each text, not the longest text of the request).
+    assert len(expected["words"][1]) == 5
+    assert body["predictions"][1]["words"] == ["paris"]
     assert body["predictions"][1]["num_words"] == 1
+    # Columnar answers keep the signature's padding to the longest row of the request.
+    status, body = api.handle("POST", "/v1/models/ner:predict",
+                              json.dumps({"inputs": texts}).encode())
+    assert status == 200
+    assert body["outputs"]["words"] == _text(expected["words"])
 
 
 def test_concurrent_requests_get_their_own_answers(server, saved_models):
