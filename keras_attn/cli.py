@@ -99,7 +99,8 @@ def _train(args):
         config = TrainingConfig.from_file(args.config, overrides)
         _say(f"keras-attn train {args.config}: task {config.task}, output {config.output_dir}")
         results = train(config, log=_say)
-    except (ConfigError, DataError, StrategyError, CheckpointError, FileNotFoundError) as error:
+    except (ConfigError, DataError, StrategyError, CheckpointError, FileNotFoundError,
+            IsADirectoryError) as error:
         sys.stderr.write(f"keras-attn train: error: {error}\n")
         return 2
     metric = results["metric"]
@@ -180,6 +181,7 @@ def _explain(args):
 def _predict_inputs(args):
     """`(line number or None, text)` of the texts to predict: the arguments, `--file`, or stdin
     (one text per line; empty lines are skipped with a note)."""
+    from keras_attn.text.text_lines import decode_lines
     from keras_attn.text.text_lines import read_lines
 
     if args.texts and args.file:
@@ -192,11 +194,14 @@ def _predict_inputs(args):
     if args.file:
         source, lines = args.file, read_lines(args.file)
     else:
+        if sys.stdin is None or sys.stdin.closed:
+            raise ValueError("no texts: stdin is closed; give texts as arguments or --file PATH")
         if sys.stdin.isatty():
             sys.stderr.write("keras-attn predict: reading texts from stdin, one per line "
                              "(Ctrl-D ends)\n")
         source = "<stdin>"
-        lines = ((n, line.rstrip("\r\n")) for n, line in enumerate(sys.stdin, start=1))
+        # Bytes, decoded like --file: a BOM dropped, invalid UTF-8 named by its line.
+        lines = decode_lines(source, getattr(sys.stdin, "buffer", sys.stdin))
     inputs = []
     for number, line in lines:
         if line.strip():
@@ -220,7 +225,7 @@ def _predict(args):
         inputs = _predict_inputs(args)
         predictor = load_predictor(args.artifact, num_threads=args.threads)
         results = predictor.predict([text for _, text in inputs], batch_size=args.batch_size)
-    except (PredictorError, DataError, FileNotFoundError, ValueError) as error:
+    except (PredictorError, DataError, OSError, ValueError) as error:
         sys.stderr.write(f"keras-attn predict: error: {error}\n")
         return 2
     for (line, text), result in zip(inputs, results):

@@ -729,6 +729,9 @@ class _App:
 
     async def _body(self, scope, receive):
         lengths = [v for k, v in scope["headers"] if k == b"content-length"]
+        if lengths and any(k == b"transfer-encoding" for k, _ in scope["headers"]):
+            raise RequestError(400, "The request has both Content-Length and "
+                               "Transfer-Encoding: send Content-Length only")
         if not lengths:
             raise RequestError(411, "Send the request body with a Content-Length header "
                                "(chunked bodies are not supported)")

@@ -27,7 +27,9 @@ class ClassificationTask(BertTask):
 
     def prepare(self):
         data = self.config.data
-        train = list(self._reader(data.train))
+        reader = self._reader(data.train)
+        train = list(reader)
+        reader.check_inferred_header(train)
         if data.max_train_examples:
             train = train[: data.max_train_examples]
         if not train:
