@@ -554,7 +554,7 @@ def test_batched_answers_equal_unbatched_ones(saved_models, tight_server):
 
 
 def test_fuzzed_requests_never_get_5xx(tight_server):
-    """300 mutated requests (bounded: stops after 60 s) on 127.0.0.1: no 5xx, and a correct
+    """150 mutated requests (bounded: stops after 30 s) on 127.0.0.1: no 5xx, and a correct
     answer after every one."""
     rng = np.random.default_rng(26)
     expected = good_answer(tight_server)
@@ -562,8 +562,8 @@ def test_fuzzed_requests_never_get_5xx(tight_server):
         {"instances": ["good film"]}, {"inputs": {"text": ["bad", "plot"]}},
         {"signature_name": "predict_ids", "instances": [IDS]},
         {"instances": [{"b64": "Z29vZA=="}]})]
-    stop = time.monotonic() + 60
-    for index in range(300):
+    stop = time.monotonic() + 30
+    for index in range(150):
         if time.monotonic() > stop:
             break
         body = bytearray(seeds[index % len(seeds)])

@@ -159,19 +159,29 @@ class RequestBatcher:
             try:
                 outputs = await loop.run_in_executor(self.executor, self.run, live[0].key,
                                                      inputs)
+                answers = _split(outputs, [p.size for p in live])
             except Exception as error:  # noqa: BLE001 - handed to every request of the batch
-                for pending in live:
-                    if not pending.future.done():
-                        pending.future.set_exception(error)
-                return
-            if len(live) == 1:
-                live[0].future.set_result(outputs)
-                return
-            start = 0
-            for pending in live:
-                rows = slice(start, start + pending.size)
-                start += pending.size
-                if not pending.future.done():
-                    pending.future.set_result({k: v[rows] for k, v in outputs.items()})
+                answers = [error] * len(live)
+            for pending, answer in zip(live, answers):
+                if pending.future.done():
+                    continue
+                if isinstance(answer, Exception):
+                    pending.future.set_exception(answer)
+                else:
+                    pending.future.set_result(answer)
         finally:
             self._slots.release()
+
+
+def _split(outputs, sizes):
+    """Each request's rows of merged `outputs` (a single request gets them whole)."""
+    if len(sizes) == 1:
+        return [outputs]
+    total = sum(sizes)
+    for name, value in outputs.items():
+        if np.ndim(value) == 0 or len(value) != total:
+            raise ValueError(f"Output {name!r} has shape {list(np.shape(value))}, not a first "
+                             f"dimension of {total} examples: it cannot be split per request")
+    bounds = np.cumsum([0] + sizes)
+    return [{name: value[start:end] for name, value in outputs.items()}
+            for start, end in zip(bounds[:-1], bounds[1:])]
