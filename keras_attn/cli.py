@@ -424,42 +424,47 @@ def build_parser():
 
 
 def _serve_limits(serve):
-    """`keras-attn serve`'s limits, each with its default in --help."""
+    """`keras-attn serve`'s limits, each with its default (`ServerLimits`'s) in --help."""
+    from keras_attn.inference.http_server import DEFAULT_MAX_BATCH
+    from keras_attn.inference.http_server import DEFAULT_MAX_TEXT_CHARS
+    from keras_attn.inference.http_server import ServerLimits
+
     limits = serve.add_argument_group(
         "limits", "every request is bounded in size and time, and the server in connections, "
         "threads and queued work")
     add = limits.add_argument
-    add("--max-batch", type=_positive_int, default=64,
+    defaults = ServerLimits()
+    add("--max-batch", type=_positive_int, default=DEFAULT_MAX_BATCH,
         help="most examples per request; more: 400 (default: %(default)s)")
-    add("--max-text-chars", type=_positive_int, default=20_000,
+    add("--max-text-chars", type=_positive_int, default=DEFAULT_MAX_TEXT_CHARS,
         help="longest text of a request, in characters; longer: 400 (default: %(default)s)")
-    add("--max-request-bytes", type=_positive_int, default=1_000_000,
+    add("--max-request-bytes", type=_positive_int, default=defaults.max_request_bytes,
         help="largest request body; larger: 413, not read (default: %(default)s)")
-    add("--max-header-bytes", type=_positive_int, default=16_384,
+    add("--max-header-bytes", type=_positive_int, default=defaults.max_header_bytes,
         help="largest request line plus headers; larger: 400 (default: %(default)s)")
-    add("--max-connections", type=_positive_int, default=256,
+    add("--max-connections", type=_positive_int, default=defaults.max_connections,
         help="most open connections and requests in progress; past it: 503 "
              "(default: %(default)s)")
-    add("--backlog", type=_positive_int, default=1024,
+    add("--backlog", type=_positive_int, default=defaults.backlog,
         help="listen backlog: connections the kernel queues until accepted "
              "(default: %(default)s)")
-    add("--header-timeout", type=_positive_float, default=10.0,
+    add("--header-timeout", type=_positive_float, default=defaults.header_timeout,
         help="seconds for a request's line and headers, from the connection's opening or "
              "the previous answer; then the connection is closed (default: %(default)s)")
-    add("--request-timeout", type=_positive_float, default=30.0,
+    add("--request-timeout", type=_positive_float, default=defaults.request_timeout,
         help="seconds for the body, the model work and the answer after the headers; past "
              "it: 408 (body incomplete) or 504 (default: %(default)s)")
-    add("--keep-alive-timeout", type=_positive_float, default=5.0,
+    add("--keep-alive-timeout", type=_positive_float, default=defaults.keep_alive_timeout,
         help="seconds an idle keep-alive connection stays open (default: %(default)s)")
-    add("--workers", type=_positive_int, default=2,
+    add("--workers", type=_positive_int, default=defaults.workers,
         help="model batches run at once, in threads (default: %(default)s)")
-    add("--max-batch-size", type=_non_negative_int, default=32,
+    add("--max-batch-size", type=_non_negative_int, default=defaults.max_batch_size,
         help="most examples of concurrent requests merged into one model batch; 0 runs "
              "every request alone (default: %(default)s)")
-    add("--batch-timeout-ms", type=_non_negative_float, default=2.0,
+    add("--batch-timeout-ms", type=_non_negative_float, default=defaults.batch_timeout * 1000,
         help="milliseconds a request waits for others to join its batch "
              "(default: %(default)s)")
-    add("--max-queued-examples", type=_positive_int, default=2048,
+    add("--max-queued-examples", type=_positive_int, default=defaults.max_queued_examples,
         help="most examples waiting for the model; past it: 503 (default: %(default)s)")
 
 
