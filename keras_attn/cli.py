@@ -99,7 +99,8 @@ def _train(args):
         config = TrainingConfig.from_file(args.config, overrides)
         _say(f"keras-attn train {args.config}: task {config.task}, output {config.output_dir}")
         results = train(config, log=_say)
-    except (ConfigError, DataError, StrategyError, CheckpointError, FileNotFoundError) as error:
+    except (ConfigError, DataError, StrategyError, CheckpointError, FileNotFoundError,
+            IsADirectoryError) as error:
         sys.stderr.write(f"keras-attn train: error: {error}\n")
         return 2
     metric = results["metric"]
@@ -180,6 +181,7 @@ def _explain(args):
 def _predict_inputs(args):
     """`(line number or None, text)` of the texts to predict: the arguments, `--file`, or stdin
     (one text per line; empty lines are skipped with a note)."""
+    from keras_attn.text.text_lines import decode_lines
     from keras_attn.text.text_lines import read_lines
 
     if args.texts and args.file:
@@ -192,11 +194,14 @@ def _predict_inputs(args):
     if args.file:
         source, lines = args.file, read_lines(args.file)
     else:
+        if sys.stdin is None or sys.stdin.closed:
+            raise ValueError("no texts: stdin is closed; give texts as arguments or --file PATH")
         if sys.stdin.isatty():
             sys.stderr.write("keras-attn predict: reading texts from stdin, one per line "
                              "(Ctrl-D ends)\n")
         source = "<stdin>"
-        lines = ((n, line.rstrip("\r\n")) for n, line in enumerate(sys.stdin, start=1))
+        # Bytes, decoded like --file: a BOM dropped, invalid UTF-8 named by its line.
+        lines = decode_lines(source, getattr(sys.stdin, "buffer", sys.stdin))
     inputs = []
     for number, line in lines:
         if line.strip():
@@ -220,7 +225,7 @@ def _predict(args):
         inputs = _predict_inputs(args)
         predictor = load_predictor(args.artifact, num_threads=args.threads)
         results = predictor.predict([text for _, text in inputs], batch_size=args.batch_size)
-    except (PredictorError, DataError, FileNotFoundError, ValueError) as error:
+    except (PredictorError, DataError, OSError, ValueError) as error:
         sys.stderr.write(f"keras-attn predict: error: {error}\n")
         return 2
     for (line, text), result in zip(inputs, results):
@@ -242,15 +247,23 @@ def _predict(args):
 
 def _serve(args):
     from keras_attn.inference.http_server import RestApi
+    from keras_attn.inference.http_server import ServerLimits
     from keras_attn.inference.http_server import make_server
     from keras_attn.inference.http_server import url_of
 
     try:
+        limits = ServerLimits(
+            max_header_bytes=args.max_header_bytes, max_connections=args.max_connections,
+            backlog=args.backlog, header_timeout=args.header_timeout,
+            request_timeout=args.request_timeout, keep_alive_timeout=args.keep_alive_timeout,
+            workers=args.workers, max_batch_size=args.max_batch_size,
+            batch_timeout=args.batch_timeout_ms / 1000,
+            max_queued_examples=args.max_queued_examples)
         api = RestApi(args.saved_model_dir, model_name=args.model_name,
                       max_batch=args.max_batch, max_text_chars=args.max_text_chars)
         server = make_server(api, args.host, args.port, args.max_request_bytes,
-                             log=lambda line: sys.stderr.write(line + "\n"))
-    except (ValueError, OSError) as error:
+                             log=lambda line: sys.stderr.write(line + "\n"), limits=limits)
+    except (ValueError, OSError, ImportError) as error:
         sys.stderr.write(f"keras-attn serve: error: {error}\n")
         return 2
     url = url_of(server, api)
@@ -405,14 +418,76 @@ def build_parser():
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (0.0.0.0: every interface)")
     serve.add_argument("--port", type=int, default=8501, help="port (0: any free port)")
-    serve.add_argument("--max-batch", type=_positive_int, default=64,
-                       help="most examples per request (more: 400)")
-    serve.add_argument("--max-request-bytes", type=_positive_int, default=1_000_000,
-                       help="largest request body (larger: 413)")
-    serve.add_argument("--max-text-chars", type=_positive_int, default=20_000,
-                       help="longest text of a request, in characters (longer: 400)")
+    _serve_limits(serve)
     serve.set_defaults(handler=_serve)
     return parser
+
+
+def _serve_limits(serve):
+    """`keras-attn serve`'s limits, each with its default (`ServerLimits`'s) in --help."""
+    from keras_attn.inference.http_server import DEFAULT_MAX_BATCH
+    from keras_attn.inference.http_server import DEFAULT_MAX_TEXT_CHARS
+    from keras_attn.inference.http_server import ServerLimits
+
+    limits = serve.add_argument_group(
+        "limits", "every request is bounded in size and time, and the server in connections, "
+        "threads and queued work")
+    add = limits.add_argument
+    defaults = ServerLimits()
+    add("--max-batch", type=_positive_int, default=DEFAULT_MAX_BATCH,
+        help="most examples per request; more: 400 (default: %(default)s)")
+    add("--max-text-chars", type=_positive_int, default=DEFAULT_MAX_TEXT_CHARS,
+        help="longest text of a request, in characters; longer: 400 (default: %(default)s)")
+    add("--max-request-bytes", type=_positive_int, default=defaults.max_request_bytes,
+        help="largest request body; larger: 413, not read (default: %(default)s)")
+    add("--max-header-bytes", type=_positive_int, default=defaults.max_header_bytes,
+        help="largest request line plus headers; larger: 400 (default: %(default)s)")
+    add("--max-connections", type=_positive_int, default=defaults.max_connections,
+        help="most open connections and requests in progress; past it: 503 "
+             "(default: %(default)s)")
+    add("--backlog", type=_positive_int, default=defaults.backlog,
+        help="listen backlog: connections the kernel queues until accepted "
+             "(default: %(default)s)")
+    add("--header-timeout", type=_positive_float, default=defaults.header_timeout,
+        help="seconds for a request's line and headers, from the connection's opening or "
+             "the previous answer; then the connection is closed (default: %(default)s)")
+    add("--request-timeout", type=_positive_float, default=defaults.request_timeout,
+        help="seconds for the body, the model work and the answer after the headers; past "
+             "it: 408 (body incomplete) or 504 (default: %(default)s)")
+    add("--keep-alive-timeout", type=_positive_float, default=defaults.keep_alive_timeout,
+        help="seconds an idle keep-alive connection stays open (default: %(default)s)")
+    add("--workers", type=_positive_int, default=defaults.workers,
+        help="model batches run at once, in threads (default: %(default)s)")
+    add("--max-batch-size", type=_non_negative_int, default=defaults.max_batch_size,
+        help="most examples of concurrent requests merged into one model batch; 0 runs "
+             "every request alone (default: %(default)s)")
+    add("--batch-timeout-ms", type=_non_negative_float, default=defaults.batch_timeout * 1000,
+        help="milliseconds a request waits for others to join its batch "
+             "(default: %(default)s)")
+    add("--max-queued-examples", type=_positive_int, default=defaults.max_queued_examples,
+        help="most examples waiting for the model; past it: 503 (default: %(default)s)")
+
+
+def _positive_float(text):
+    return _number(text, float, 0, "a positive number")
+
+
+def _non_negative_float(text):
+    return _number(text, float, -1, "a non-negative number")
+
+
+def _non_negative_int(text):
+    return _number(text, int, -1, "a non-negative integer")
+
+
+def _number(text, kind, above, what):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not value > above or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
 
 
 def _positive_int(text):

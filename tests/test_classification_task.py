@@ -205,8 +205,8 @@ def test_dev_label_not_in_train_names_file_and_line(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ("", ":1: the file is empty"),
-    ("sentence\tlabel\n", ": no examples"),
-    ("sentence\tlabel\n\n\n", ": no examples"),
+    ("sentence\tlabel\n", ":1: the file holds no example"),
+    ("sentence\tlabel\n\n\n", ":1: the file holds no example"),
 ], ids=["no_bytes", "header_only", "header_and_blank_lines"])
 def test_empty_train_file_names_the_file(tmp_path, content, message):
     path = tmp_path / "train.tsv"

@@ -5,13 +5,16 @@ bad request gets its status and message, and the server keeps answering afterwar
 
 import base64
 import concurrent.futures
+import dataclasses
 import http.client
 import json
 import os
 import pathlib
 import re
+import socket
 import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
@@ -19,7 +22,9 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.export.serving_module import export_saved_model
+from keras_attn.inference.http_server import COUNTED_OUTPUTS
 from keras_attn.inference.http_server import RestApi
+from keras_attn.inference.http_server import ServerLimits
 from keras_attn.inference.http_server import find_saved_model
 from keras_attn.inference.http_server import make_server
 from keras_attn.inference.http_server import serve_in_thread
@@ -188,7 +193,15 @@ def test_other_signatures(server, saved_models):
     assert body["outputs"]["task"] == "classification"
 
 
-def test_tagger_outputs_are_returned_as_the_signature_pads_them(saved_models):
+def _cut(name, values, row_counts):
+    """The signature's padded row `values` of output `name` cut to the row's own count."""
+    for count, names in COUNTED_OUTPUTS.items():
+        if name in names:
+            return values[:row_counts[count]]
+    return values
+
+
+def test_tagger_rows_list_their_own_words_and_entities(saved_models):
     directory, version = find_saved_model(saved_models[1].parent)
     assert (directory, version) == (saved_models[1], "3")
     api = RestApi(saved_models[1].parent, model_name="ner")
@@ -199,16 +212,21 @@ def test_tagger_outputs_are_returned_as_the_signature_pads_them(saved_models):
     expected = direct(saved_models[1], texts)
     for row, prediction in enumerate(body["predictions"]):
         assert sorted(prediction) == sorted(expected)
+        counts = {c: int(expected[c][row]) for c in COUNTED_OUTPUTS}
         for name, value in expected.items():
             value = value[row]
-            if value.dtype == object:
-                assert prediction[name] == _text(value), name
-            else:
-                assert prediction[name] == value.tolist(), name
-    # The short text's rows are padded to the longer one's, as the signature returns them.
-    assert len(body["predictions"][1]["words"]) == len(body["predictions"][0]["words"]) == 5
-    assert body["predictions"][1]["words"][1:] == [""] * 4
+            want = _text(value) if value.dtype == object else value.tolist()
+            assert prediction[name] == _cut(name, want, counts), name
+    # The signature pads the short text's rows to the longer one's; row format cuts them (the
+    # answer's size follows each text, not the longest text of the request).
+    assert len(expected["words"][1]) == 5
+    assert body["predictions"][1]["words"] == ["paris"]
     assert body["predictions"][1]["num_words"] == 1
+    # Columnar answers keep the signature's padding to the longest row of the request.
+    status, body = api.handle("POST", "/v1/models/ner:predict",
+                              json.dumps({"inputs": texts}).encode())
+    assert status == 200
+    assert body["outputs"]["words"] == _text(expected["words"])
 
 
 def test_concurrent_requests_get_their_own_answers(server, saved_models):
@@ -365,3 +383,226 @@ def test_cli_serve_reports_a_missing_saved_model(tmp_path, capsys):
 
     assert main(["serve", str(tmp_path)]) == 2
     assert "keras-attn serve: error:" in capsys.readouterr().err
+
+
+# --- bounded resources, hostile input, batching -------------------------------------------------
+
+TIGHT = ServerLimits(max_connections=20, header_timeout=0.6, request_timeout=4.0,
+                     keep_alive_timeout=2.0, workers=1, max_batch_size=8, batch_timeout=0.05,
+                     max_queued_examples=64, max_header_bytes=2048)
+
+
+@pytest.fixture(scope="module")
+def tight_server(saved_models):
+    api = RestApi(saved_models[0], model_name="sst", max_batch=MAX_BATCH,
+                  max_text_chars=MAX_TEXT_CHARS)
+    for size in (1, 8):  # the first calls of a loaded SavedModel are slow: not in a deadline
+        api.handle("POST", "/v1/models/sst:predict",
+                   json.dumps({"instances": ["good"] * size}).encode())
+    lines = []
+    httpd = make_server(api, "127.0.0.1", 0, max_request_bytes=MAX_REQUEST_BYTES,
+                        log=lines.append, limits=TIGHT)
+    serve_in_thread(httpd)
+    yield httpd, api, lines
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def raw(server, data, timeout=10):
+    """Sends raw bytes, returns `(status, body bytes)` of the answer or `(None, b"")` when
+    the server closed the connection without one."""
+    with socket.create_connection(server[0].server_address, timeout=timeout) as sock:
+        sock.sendall(data)
+        received = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+            head, _, body = received.partition(b"\r\n\r\n")
+            length = re.search(rb"(?i)content-length: *(\d+)", head)
+            if length and len(body) >= int(length.group(1)):
+                break
+    if not received:
+        return None, b""
+    head, _, body = received.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def good_answer(server):
+    """A predict request answered correctly: the server is still fine."""
+    status, body, _ = request(server, "POST", "/v1/models/sst:predict", {"instances": ["good"]})
+    assert status == 200, body
+    return body["predictions"][0]["probabilities"]
+
+
+IDS = {"token_ids": [2, 5, 7, 3], "segment_ids": [0, 0, 0, 0], "padding_mask": [1, 1, 1, 1]}
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"[" * 1000 + b"]" * 1000, r"nests lists/objects 1000 levels deep; .* at most 32"),
+    (b"{\"instances\": [" + b"1" * 3000 + b"]}", r"integer of 3000 digits; .* at most 20"),
+    ({"signature_name": "predict_ids", "instances": [{**IDS, "token_ids": [2, -5, 7, 3]}]},
+     r'"token_ids" value -5 at \[0, 1\] is out of range: allowed \[0, 18\)'),
+    ({"signature_name": "predict_ids", "instances": [IDS, {**IDS, "token_ids": [2, 5, 7, 18]}]},
+     r'"token_ids" value 18 at \[1, 3\] is out of range: allowed \[0, 18\)'),
+    ({"signature_name": "predict_ids", "instances": [{**IDS, "padding_mask": [1, 1, 2, 0]}]},
+     r'"padding_mask" value 2 at \[0, 2\] is out of range: allowed \[0, 2\)'),
+    ({"signature_name": "predict_ids", "instances": [{k: v * 3 for k, v in IDS.items()}]},
+     r'has 12 tokens per example; this model takes at most 8'),
+])
+def test_hostile_bodies_get_400_before_model_work(server, body, message):
+    got, answer, _ = request(server, "POST", "/v1/models/sst:predict", body)
+    assert got == 400
+    assert re.search(message, answer["error"]), answer
+    good_answer(server)
+
+
+@pytest.mark.parametrize("headers", [
+    b"Content-Length: 2_0\r\n",
+    b"Content-Length: 20\r\nContent-Length: 21\r\n",
+    b"Content-Length: -1\r\n",
+    b"Content-Length: 20\r\nTransfer-Encoding: chunked\r\n",
+])
+def test_content_length_is_strict(server, headers):
+    body = json.dumps({"instances": ["good"]}).encode()[:20]
+    status, _ = raw(server, b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\n" + headers +
+                    b"\r\n" + body)
+    assert status == 400
+    good_answer(server)
+
+
+def test_slow_clients_are_cut_off_at_their_deadlines(tight_server):
+    """A client trickling header bytes is disconnected at --header-timeout, one trickling its
+    body gets 408 at --request-timeout (the old server reset its timeout on every byte)."""
+    started = time.monotonic()
+    with socket.create_connection(tight_server[0].server_address, timeout=10) as sock:
+        closed = False
+        for byte in b"GET /v1/models/sst HTTP/1.1\r\nX-Slow: " + b"a" * 40:  # <= 8 s
+            try:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.2)
+            except OSError:
+                closed = True
+                break
+            if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"" if _readable(sock) \
+                    else False:
+                closed = True
+                break
+        assert closed
+    assert time.monotonic() - started < TIGHT.header_timeout + 1.0
+    started = time.monotonic()
+    status, body = raw(tight_server, b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Length: 100\r\n\r\n{\"instances\"")
+    assert status == 408, body
+    assert b"did not arrive within 4 s" in body
+    assert time.monotonic() - started < TIGHT.request_timeout + 1.0
+    good_answer(tight_server)
+
+
+def _readable(sock):
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def test_connections_are_bounded(tight_server):
+    held = [socket.create_connection(tight_server[0].server_address, timeout=10)
+            for _ in range(TIGHT.max_connections)]
+    try:
+        time.sleep(0.2)  # accepted by the server
+        status, body = raw(tight_server, b"GET /v1/models/sst HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 503, body
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
+    good_answer(tight_server)
+
+
+def test_ner_answers_grow_with_each_text_not_with_the_longest(saved_models):
+    """One long text among short ones: each short row lists only its own words, so the answer
+    stays within a small multiple of the request (the signature pads every row)."""
+    api = RestApi(saved_models[1].parent, model_name="ner", max_text_chars=20_000)
+    texts = ["paris " * 2000] + ["anna"] * 63
+    request_body = json.dumps({"instances": texts}).encode()
+    status, body = api.handle("POST", "/v1/models/ner:predict", request_body)
+    assert status == 200
+    assert [len(p["words"]) for p in body["predictions"]] == [2000] + [1] * 63
+    answer = json.dumps(body).encode()
+    assert len(answer) < 12 * len(request_body) + 2000 * len(texts), len(answer)
+
+
+def test_batched_answers_equal_unbatched_ones(saved_models, tight_server):
+    """16 concurrent one-text requests are merged into fewer model calls (--max-batch-size 8);
+    every answer equals the SavedModel on that text alone."""
+    texts = [f"{TEXTS[i % 3]} {VOCAB[5 + i % 10]}" for i in range(16)]
+    serve = tight_server[1].signatures["serving_default"]
+    alone = [serve(text=tf.constant([t]))["probabilities"][0].numpy() for t in texts]
+    batcher = tight_server[0].app.batcher
+    before = batcher.batches_run
+
+    def one(text):
+        return request(tight_server, "POST", "/v1/models/sst:predict", {"instances": [text]})
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, texts))
+    assert [status for status, _, _ in answers] == [200] * 16
+    got = [body["predictions"][0]["probabilities"] for _, body, _ in answers]
+    np.testing.assert_allclose(got, alone, atol=1e-6)
+    assert batcher.batches_run - before < 16
+
+
+def test_fuzzed_requests_never_get_5xx(tight_server):
+    """150 mutated requests (bounded: stops after 30 s) on 127.0.0.1: no 5xx, and a correct
+    answer after every one."""
+    rng = np.random.default_rng(26)
+    expected = good_answer(tight_server)
+    seeds = [json.dumps(b).encode() for b in (
+        {"instances": ["good film"]}, {"inputs": {"text": ["bad", "plot"]}},
+        {"signature_name": "predict_ids", "instances": [IDS]},
+        {"instances": [{"b64": "Z29vZA=="}]})]
+    stop = time.monotonic() + 30
+    for index in range(150):
+        if time.monotonic() > stop:
+            break
+        body = bytearray(seeds[index % len(seeds)])
+        for _ in range(int(rng.integers(1, 6))):
+            position = int(rng.integers(0, len(body)))
+            choice = rng.integers(0, 3)
+            if choice == 0:
+                body[position] = int(rng.integers(0, 256))
+            elif choice == 1:
+                body[position:position] = bytes(rng.choice(list(b'[]{}",:-0123456789e.\\'), 3))
+            else:
+                del body[position]
+        status, answer, _ = request(tight_server, "POST", "/v1/models/sst:predict", bytes(body))
+        assert status < 500, (bytes(body), answer)
+        np.testing.assert_allclose(good_answer(tight_server), expected, atol=1e-6)
+
+
+def test_client_gone_is_one_log_line_and_no_traceback(tight_server, caplog):
+    lines = tight_server[2]
+    before = len(lines)
+    with socket.create_connection(tight_server[0].server_address, timeout=10) as sock:
+        sock.sendall(b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 200\r\n\r\n{\"instances\"")
+    deadline = time.monotonic() + 10
+    while len(lines) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(lines) == before + 1 and " 499 " in lines[-1], lines[before:]
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    good_answer(tight_server)
+
+
+def test_serve_help_documents_every_limit_with_its_default():
+    from keras_attn.cli import build_parser
+
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    text = serve.format_help()
+    for field in dataclasses.fields(ServerLimits):
+        flag = "--" + field.name.replace("_", "-").replace("batch-timeout", "batch-timeout-ms")
+        assert flag in text, flag
+    for flag in ("--max-batch ", "--max-text-chars", "--max-request-bytes"):
+        assert flag in text
+    assert text.count("(default:") >= len(dataclasses.fields(ServerLimits)) + 2

@@ -337,3 +337,44 @@ def test_cli_errors(classification, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert main(["predict", str(export)]) == 2
     assert "<stdin> holds no text" in capsys.readouterr().err
+
+
+def test_cli_bad_artifacts_and_inputs_are_errors_without_traceback(classification, tmp_path,
+                                                                     monkeypatch, capsys):
+    """Each case printed a traceback (or changed the text silently) before."""
+    from keras_attn.cli import main
+
+    _, export = classification
+    broken_onnx = tmp_path / "onnx"
+    broken_onnx.mkdir()
+    for name in ("model_card.json", "vocab.txt"):
+        shutil.copy(export / name, broken_onnx / name)
+    (broken_onnx / "model.onnx").write_bytes(np.random.default_rng(0).bytes(2000))
+    broken_saved_model = tmp_path / "saved_model"
+    shutil.copytree(export / "saved_model", broken_saved_model)
+    (broken_saved_model / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 50)
+    cases = [
+        (["predict", str(broken_onnx / "model.onnx"), "good"],
+         f"{broken_onnx / 'model.onnx'}: onnxruntime cannot load it"),
+        (["predict", str(broken_saved_model), "good"],
+         f"{broken_saved_model}: TensorFlow cannot load this SavedModel"),
+        (["predict", str(export), "--file", str(tmp_path)], f"{tmp_path}: is a directory"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("keras-attn predict: error:") and message in err, err
+        assert "Traceback" not in err
+    monkeypatch.setattr("sys.stdin", None)  # started with stdin closed (`<&-`)
+    assert main(["predict", str(export)]) == 2
+    assert "stdin is closed; give texts as arguments or --file" in capsys.readouterr().err
+    binary = b"good\n\xff\xfe" + bytes(range(256)) * 160 + b"\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(binary)))
+    assert main(["predict", str(export)]) == 2
+    err = capsys.readouterr().err
+    assert "<stdin>:2: invalid UTF-8 at byte 0 of the line" in err and len(err) < 400, err
+    # A byte-order mark on stdin is dropped, as it is with --file.
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xef\xbb\xbfgood\n")))
+    assert main(["predict", str(export), "--json"]) == 0
+    (record,) = [json.loads(line) for line in _lines(capsys.readouterr().out)]
+    assert record["text"] == "good" and record["line"] == 1

@@ -332,3 +332,64 @@ def test_conll_counts(split, sentences, tokens, entities):
     vocabulary = LabelVocabulary.build(tags)
     assert vocabulary.labels == ("O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC",
                                  "I-ORG", "I-PER")
+
+
+# --- data that must not change silently --------------------------------------------------------
+
+
+def test_tsv_row_with_another_field_count_names_the_line(tmp_path):
+    """A tab inside a text made its tail the label (or cut the text with label_column=-1)."""
+    path = write(tmp_path, "train.tsv", "sentence\tlabel\ngood film\t1\na tab\there\t0\n")
+    for label_column in ("label", -1):
+        reader = ClassificationReader(path, text_column=0, label_column=label_column,
+                                      header=True)
+        with pytest.raises(DataError, match=r"train\.tsv:3: the row has 3 fields, the header "
+                                            r"has 2\. A tab inside a text splits it"):
+            list(reader)
+    csv_path = write(tmp_path, "train.csv", "text,label\ngood,1\nbad, really,0\n")
+    with pytest.raises(DataError, match=r"train\.csv:3: the row has 3 fields, the header has 2"
+                                        r"\. Quote fields"):
+        list(ClassificationReader(csv_path, text_column="text", label_column="label"))
+
+
+def test_label_with_surrounding_whitespace_is_an_error(tmp_path):
+    """`'1 '` became a third class (dev accuracy 0.0, exit 0)."""
+    path = write(tmp_path, "train.tsv", "sentence\tlabel\ngood\t1\nbad\t0\nfine\t1 \n")
+    with pytest.raises(DataError, match=r"train\.tsv:4: label '1 ' has leading or trailing "
+                                        r"whitespace.*write it as '1'"):
+        ClassificationReader(path, text_column="sentence",
+                             label_column="label").build_label_vocabulary()
+    path = write(tmp_path, "a.jsonl", '{"text": "x", "label": " pos"}\n')
+    with pytest.raises(DataError, match=r"a\.jsonl:1: label ' pos' has leading"):
+        list(ClassificationReader(path))
+
+
+def test_file_without_examples_is_a_data_error(tmp_path):
+    """A header-only TSV was a traceback in `keras-attn train`."""
+    path = write(tmp_path, "train.tsv", "sentence\tlabel\n\n")
+    with pytest.raises(DataError, match=r"train\.tsv:1: the file holds no example"):
+        list(ClassificationReader(path, text_column="sentence", label_column="label"))
+    with pytest.raises(DataError, match=r"b\.jsonl:1: the file holds no example"):
+        list(ClassificationReader(write(tmp_path, "b.jsonl", "\n\n")))
+
+
+def test_header_row_read_as_data_with_index_columns_is_an_error(tmp_path):
+    """Columns by index with `header: infer` turned the header row into an example."""
+    path = write(tmp_path, "train.tsv", "sentence\tlabel\ngood\t1\nbad\t0\nok\t1\n")
+    with pytest.raises(DataError, match=r"train\.tsv:1: the label 'label' of the first row "
+                                        r"occurs nowhere else: is the first row a header\?"):
+        ClassificationReader(path, text_column=0, label_column=1).build_label_vocabulary()
+    # Saying so explicitly reads it either way.
+    assert ClassificationReader(path, text_column=0, label_column=1,
+                                header=True).build_label_vocabulary().labels == ("0", "1")
+    assert len(ClassificationReader(path, text_column=0, label_column=1,
+                                    header=False).build_label_vocabulary()) == 3
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u0085", "\u2028", "\u3000"])
+def test_conll_splits_columns_on_ascii_whitespace_only(tmp_path, space):
+    """`str.split()` cut `New<U+00A0>York` in two and dropped `York`."""
+    path = write(tmp_path, "a.txt", f"New{space}York B-LOC\nis\tO\n\nx  O \n")
+    sentences = list(ConllReader(path))
+    assert [(s.tokens, s.tags) for s in sentences] == [
+        ([f"New{space}York", "is"], ["B-LOC", "O"]), (["x"], ["O"])]

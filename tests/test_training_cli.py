@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -304,3 +305,25 @@ def test_tpu_grpc_address_that_is_unreachable():
         pytest.skip("TPU initialization against an unreachable grpc:// address hangs "
                     "(> 10 s) instead of failing")
     assert result["error"] == "StrategyError", result
+
+
+@pytest.mark.parametrize("rows, overrides, message", [
+    (["good film\t1", "a tab\tinside\t0"], [], r"train\.tsv:3: the row has 3 fields, the "
+                                               r"header has 2\. A tab inside a text"),
+    (["good film\t1", "bad plot\t0 "], [], r"train\.tsv:3: label '0 ' has leading or trailing"),
+    ([], [], r"train\.tsv:1: the file holds no example"),
+    (["good film\t1", "bad plot\t0", "great\t1"], ["data.text_column=0", "data.label_column=1"],
+     r"train\.tsv:1: the label 'label' of the first row occurs nowhere else"),
+])
+def test_training_data_that_would_change_silently_exits_2(tmp_path, capsys, rows, overrides,
+                                                          message):
+    """Each case trained on altered data (or printed a traceback) before."""
+    config = write_project(tmp_path)
+    (tmp_path / "data" / "train.tsv").write_text("\n".join(["sentence\tlabel"] + rows) + "\n")
+    argv = ["train", str(config), "--output-dir", str(tmp_path / "run")]
+    for override in overrides:
+        argv += ["--set", override]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-attn train: error: ") and "Traceback" not in err
+    assert re.search(message, err), err

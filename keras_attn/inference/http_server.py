@@ -24,27 +24,55 @@ Clients written for TF Serving (`tensorflow_model_server --rest_api_port`) work 
 Errors are `{"error": "<message>"}`: 400 for invalid JSON, a missing, empty or wrongly typed
 `instances` / `inputs`, an unknown signature or input name, a text longer than
 `max_text_chars` and a batch larger than `max_batch`; 404 for an unknown model, version or
-route; 405 for a wrong HTTP method; 411 without `Content-Length`; 413 for a body larger than
-`max_request_bytes` (not read); 500 when the model itself fails. No request can stop the
-server: every handler error becomes a response.
+route; 405 for a wrong HTTP method; 408 for a request not received within its deadline; 411
+without `Content-Length`; 413 for a body larger than `max_request_bytes` (not read); 500 when
+the model itself fails; 503 when the server is at its connection or queue limit; 504 when the
+answer is not ready within the request deadline. No request can stop the server: every handler
+error becomes a response.
+
+Row-format NER answers list each text's own words and entities (`words`, `word_tags`, ...
+cut to that row's `num_words`, `entity_*` to its `num_entities`); columnar answers are padded
+to the longest row of the request, as the signature pads them. `predict_ids` inputs are
+checked before any model work: at most the model's `sequence_length` tokens, token ids in
+`[0, vocabulary size)`, `padding_mask` 0 or 1, `segment_ids` >= 0.
+
+The transport is uvicorn (`make_server`): an asyncio HTTP/1.1 server with a bounded number of
+connections, header and request deadlines, a listen backlog and size limits; the model runs
+in a bounded pool of worker threads fed by a `RequestBatcher` that merges concurrent
+requests into model batches.
 
 The version is `1`, or the number of the version directory when the path is laid out for TF
 Serving (`NAME/1/saved_model.pb`).
 """
 
+import asyncio
 import base64
-import http.server
+import collections
+import concurrent.futures
+import dataclasses
 import json
 import pathlib
 import re
+import socket
 import threading
 import time
 
 import numpy as np
 
+from keras_attn.inference.request_batcher import QueueFullError
+from keras_attn.inference.request_batcher import RequestBatcher
+
 DEFAULT_MAX_BATCH = 64
 DEFAULT_MAX_REQUEST_BYTES = 1_000_000
 DEFAULT_MAX_TEXT_CHARS = 20_000
+MAX_JSON_DEPTH = 32  # nesting of lists/objects in a request (inputs are rank <= 2)
+MAX_INTEGER_DIGITS = 20  # longer JSON integers are rejected before conversion
+# Outputs cut per row in row format: count output -> the outputs it counts.
+COUNTED_OUTPUTS = {
+    "num_words": ("words", "word_tags", "word_start", "word_end"),
+    "num_entities": ("entity_type", "entity_text", "entity_start", "entity_end",
+                     "entity_start_word", "entity_end_word"),
+}
 _ROUTE = re.compile(
     r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?"
     r"(?P<verb>/metadata|:[A-Za-z]+)?/?$"
@@ -137,17 +165,27 @@ class RestApi:
         for name, function in self.signatures.items():
             specs = function.structured_input_signature[1]  # keyword inputs: name -> TensorSpec
             self.input_specs[name] = dict(sorted(specs.items()))
+        self.sequence_length, self.vocabulary_size = _id_limits(self.signatures, directory)
 
     # --- routing ----------------------------------------------------------------------------
 
     def handle(self, method, path, body):
-        """`(status, response dict)` of one request. Never raises."""
+        """`(status, response dict)` of one request, the model called in this thread. Never
+        raises."""
         try:
-            return 200, self._route(method, path.split("?", 1)[0], body)
+            verb = self.route(method, path)
+            if verb is None:
+                return 200, self.status()
+            if verb == "/metadata":
+                return 200, self.metadata()
+            return 200, self.predict(body)
         except RequestError as error:
             return error.status, {"error": error.message}
 
-    def _route(self, method, path, body):
+    def route(self, method, path):
+        """The verb of a valid request (`None` status, `"/metadata"`, `":predict"`); raises
+        `RequestError` (404, 405) otherwise."""
+        path = path.split("?", 1)[0]
         match = _ROUTE.match(path)
         if match is None:
             raise RequestError(404, f"Malformed request: {method} {path}. Routes: GET "
@@ -164,11 +202,7 @@ class RestApi:
                                "classify/regress signatures)")
         if method != wanted:
             raise RequestError(405, f"{method} is not allowed on {path}: use {wanted}")
-        if verb is None:
-            return self.status()
-        if verb == "/metadata":
-            return self.metadata()
-        return self.predict(body)
+        return verb
 
     def status(self):
         return {"model_version_status": [{
@@ -191,6 +225,13 @@ class RestApi:
     # --- predict ----------------------------------------------------------------------------
 
     def predict(self, body):
+        """The response dict of a predict request body; raises `RequestError`."""
+        prepared = self.prepare(body)
+        return self.answer(prepared, self.run(prepared.signature, prepared.inputs))
+
+    def prepare(self, body):
+        """A checked predict request: `Prepared(signature, inputs, columnar, batch)` with
+        `inputs` numpy arrays of the signature's dtypes; raises `RequestError` (400)."""
         request = self._parse(body)
         unknown = sorted(set(request) - {"signature_name", "instances", "inputs"})
         if unknown:
@@ -208,23 +249,58 @@ class RestApi:
             columns, batch = self._rows(request["instances"], specs)
         else:
             columns, batch = self._columns(request["inputs"], specs)
-        tensors = {name: self._tensor(columns[name], spec, name)
-                   for name, spec in specs.items()}
-        outputs = self._call(signature, tensors)
-        if "inputs" in request:
-            values = {k: _json_value(v) for k, v in outputs.items()}
+        inputs = {name: self._array(columns[name], spec, name) for name, spec in specs.items()}
+        if signature == "predict_ids" or "token_ids" in inputs:
+            self._check_ids(inputs)
+        return Prepared(signature, inputs, "inputs" in request, batch)
+
+    def batch_key(self, prepared):
+        """`(key, mergeable)`: requests with equal keys can be merged into one model batch
+        when `mergeable` (every input has a batch dimension). `key[0]` is the signature."""
+        mergeable = bool(prepared.inputs) and all(a.ndim for a in prepared.inputs.values())
+        shapes = tuple((name, a.shape[1:]) for name, a in sorted(prepared.inputs.items()))
+        return (prepared.signature,) + shapes, mergeable
+
+    def answer(self, prepared, outputs):
+        """The response dict of `prepared` given the model's outputs for its rows."""
+        if prepared.columnar:
+            values = {k: _json_value(v) for k, v in _trim_columns(outputs).items()}
             return {"outputs": next(iter(values.values())) if len(values) == 1 else values}
-        return {"predictions": _rows_of(outputs, batch)}
+        return {"predictions": _rows_of(outputs, prepared.batch)}
+
+    def _check_ids(self, inputs):
+        """`predict_ids` inputs within the model's sequence length and vocabulary."""
+        for name, array in inputs.items():
+            if array.ndim != 2:
+                continue
+            if self.sequence_length and array.shape[1] > self.sequence_length:
+                raise RequestError(400, f"Input {json.dumps(name)} has {array.shape[1]} tokens "
+                                   f"per example; this model takes at most "
+                                   f"{self.sequence_length} (its sequence_length)")
+            high = {"token_ids": self.vocabulary_size, "padding_mask": 2,
+                    "label_mask": 2}.get(name)
+            bad = (array < 0) if high is None else ((array < 0) | (array >= high))
+            if bad.any():
+                row, column = (int(i) for i in np.argwhere(bad)[0])
+                allowed = f"[0, {high})" if high else ">= 0"
+                raise RequestError(400, f"Input {json.dumps(name)} value {array[row, column]} at "
+                                   f"[{row}, {column}] is out of range: allowed {allowed}")
 
     def _parse(self, body):
         if not body:
             raise RequestError(400, "Empty request body: send a JSON object such as "
                                '{"instances": ["some text"]}')
         try:
-            request = json.loads(body.decode("utf-8"))
+            text = body.decode("utf-8")
         except UnicodeDecodeError as error:
             raise RequestError(400, f"The request body is not UTF-8 (byte {error.start})") \
                 from None
+        depth = _json_depth(text)
+        if depth > MAX_JSON_DEPTH:
+            raise RequestError(400, f"The request nests lists/objects {depth} levels deep; "
+                               f"this server takes at most {MAX_JSON_DEPTH}")
+        try:
+            request = json.loads(text, parse_int=_json_int)
         except json.JSONDecodeError as error:
             raise RequestError(400, f"Invalid JSON at line {error.lineno} column "
                                f"{error.colno}: {error.msg}") from None
@@ -292,8 +368,8 @@ class RestApi:
             raise RequestError(400, f"The request has {size} examples; this server takes at "
                                f"most {self.max_batch} per request (--max-batch): split it")
 
-    def _tensor(self, value, spec, name):
-        """The request value of input `name` as a tensor of `spec`'s dtype and rank."""
+    def _array(self, value, spec, name):
+        """The request value of input `name` as a numpy array of `spec`'s dtype and rank."""
         import tensorflow as tf
 
         is_string = spec.dtype == tf.string
@@ -337,7 +413,7 @@ class RestApi:
                                        f"{_json_type(leaf)}")
                 converted.append(leaf)
         array = np.array(converted, dtype=object if is_string else spec.dtype.as_numpy_dtype)
-        return tf.constant(array.reshape(shape), dtype=spec.dtype)
+        return array.reshape(shape)
 
     def _string(self, leaf, where):
         if _is_b64(leaf):
@@ -356,14 +432,20 @@ class RestApi:
                                f"at most {self.max_text_chars} (--max-text-chars)")
         return data
 
-    def _call(self, signature, tensors):
+    def run(self, signature, inputs):
+        """Outputs (numpy) of `signature` on numpy `inputs`; model failures as `RequestError`."""
         import tensorflow as tf
 
+        specs = self.input_specs[signature]
+        tensors = {name: tf.constant(value, dtype=specs[name].dtype)
+                   for name, value in inputs.items()}
         try:
             outputs = self.signatures[signature](**tensors)
         except tf.errors.InvalidArgumentError as error:
-            raise RequestError(400, f"The model rejected the inputs: "
-                               f"{error.message.splitlines()[0]}") from None
+            lines = [line for line in error.message.splitlines()
+                     if line.strip() and "Graph execution error" not in line]
+            raise RequestError(400, "The model rejected the inputs: "
+                               f"{lines[0].strip() if lines else error.message}") from None
         except Exception as error:  # noqa: BLE001 - a model failure must not stop the server
             raise RequestError(500, f"The model failed: {type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''}") from None
@@ -376,6 +458,9 @@ def _flatten(value, leaves, shape, depth, name):
     if not isinstance(value, list):
         leaves.append((value, depth))
         return
+    if depth >= MAX_JSON_DEPTH:
+        raise RequestError(400, f"Input {json.dumps(name)} is nested deeper than "
+                           f"{MAX_JSON_DEPTH} lists")
     if len(shape) == depth:
         shape.append(len(value))
     elif len(shape) < depth or shape[depth] != len(value):
@@ -383,6 +468,55 @@ def _flatten(value, leaves, shape, depth, name):
                            f"lengths at depth {depth}; pad them to one length")
     for item in value:
         _flatten(item, leaves, shape, depth + 1, name)
+
+
+Prepared = collections.namedtuple("Prepared", ["signature", "inputs", "columnar", "batch"])
+
+
+def _id_limits(signatures, directory):
+    """`(sequence_length, vocabulary_size)` of a keras-attn SavedModel (`None` if unknown)."""
+    length = vocabulary = None
+    if "metadata" in signatures:
+        metadata = signatures["metadata"]()
+        if "sequence_length" in metadata:
+            length = int(metadata["sequence_length"].numpy())
+    vocab_file = pathlib.Path(directory) / "assets" / "vocab.txt"
+    if vocab_file.is_file():
+        with open(vocab_file, "rb") as file:
+            vocabulary = sum(1 for _ in file)
+    return length, vocabulary
+
+
+def _json_depth(text):
+    """Deepest nesting of `[`/`{` in JSON text, strings skipped (checked before parsing:
+    Python's parser recurses once per level)."""
+    if "[" not in text and "{" not in text:
+        return 0
+    # Quoted strings out (escapes included), then the running depth of the brackets left.
+    skeleton = re.sub(r'"(?:[^"\\]|\\.)*"', "", text)
+    brackets = np.frombuffer(re.sub(r"[^\[\]{}]", "", skeleton).encode("ascii"), np.uint8)
+    steps = np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max()) if steps.size else 0
+
+
+def _json_int(digits):
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise RequestError(400, f"The request has an integer of {len(digits)} digits; this "
+                           f"server takes at most {MAX_INTEGER_DIGITS}")
+    return int(digits)
+
+
+def _trim_columns(outputs):
+    """Columnar NER outputs cut to the longest row of these rows (merged batches are padded to
+    the longest row of the whole batch)."""
+    outputs = dict(outputs)
+    for count, names in COUNTED_OUTPUTS.items():
+        if count in outputs and np.ndim(outputs[count]) == 1:
+            width = int(np.max(outputs[count], initial=0))
+            for name in names:
+                if name in outputs and np.ndim(outputs[name]) >= 2:
+                    outputs[name] = outputs[name][:, :width]
+    return outputs
 
 
 def _is_b64(value):
@@ -428,87 +562,268 @@ def _rows_of(outputs, batch):
     values = {name: _json_value(value) for name, value in outputs.items()}
     if len(values) == 1:
         return next(iter(values.values()))
-    return [{name: value[row] for name, value in values.items()} for row in range(batch)]
+    rows = [{name: value[row] for name, value in values.items()} for row in range(batch)]
+    for count, names in COUNTED_OUTPUTS.items():  # each row lists its own words / entities
+        if count in values:
+            for row in rows:
+                for name in names:
+                    if name in row and isinstance(row[name], list):
+                        row[name] = row[name][:row[count]]
+    return rows
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "keras-attn-serve"
-    timeout = 60  # seconds a client may stall mid-request before its connection is closed
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
-        self._respond_to("GET", body=b"")
 
-    def do_POST(self):  # noqa: N802
-        length = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length is None:
-            self.close_connection = True
-            return self._send(411, {"error": "Send the request body with a Content-Length "
-                                             "header (chunked bodies are not supported)"})
-        try:
-            length = int(length)
-        except ValueError:
-            length = -1
-        if length < 0:
-            self.close_connection = True
-            return self._send(400, {"error": "Invalid Content-Length "
-                                             f"{self.headers.get('Content-Length')!r}"})
-        limit = self.server.max_request_bytes
-        if length > limit:
-            self.close_connection = True  # the body is not read
-            return self._send(413, {"error": f"The request body has {length} bytes; this "
-                                             f"server takes at most {limit} "
-                                             "(--max-request-bytes): send fewer texts"})
-        self._respond_to("POST", body=self.rfile.read(length))
+# --- transport ------------------------------------------------------------------------------
 
-    def _other(self):
-        self.close_connection = True
-        self._send(405, {"error": f"{self.command} is not allowed: use GET (status, metadata) "
-                                  "or POST (:predict)"})
 
-    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _other  # noqa: N815
+@dataclasses.dataclass(frozen=True)
+class ServerLimits:
+    """The resource limits of `make_server` (each is a `keras-attn serve` flag).
 
-    def _respond_to(self, method, body):
-        try:
-            status, response = self.server.api.handle(method, self.path, body)
-        except Exception as error:  # noqa: BLE001 - whatever happens, answer and stay up
-            status, response = 500, {"error": f"Internal error: {type(error).__name__}: {error}"}
-        self._send(status, response)
+    Attributes:
+        max_request_bytes: largest request body; larger ones get 413 without being read.
+        max_header_bytes: largest request line plus headers; larger ones get 400.
+        max_connections: most open connections and requests in progress; past it new
+            requests get 503.
+        backlog: the listen backlog (connections the kernel queues before they are accepted).
+        header_timeout: seconds for a request's line and headers to arrive, counted from the
+            connection's opening or from the previous response; then the connection is closed.
+        request_timeout: seconds for the body, the model work and the answer after the
+            headers; past it 408 (body still incomplete) or 504 (answer not ready).
+        keep_alive_timeout: seconds an idle keep-alive connection stays open.
+        workers: model batches running at once (threads).
+        max_batch_size: most examples merged into one model batch; `0` runs every request
+            alone.
+        batch_timeout: seconds a request waits for others to join its batch.
+        max_queued_examples: most examples waiting for the model; past it 503.
+    """
 
-    def _send(self, status, response):
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_header_bytes: int = 16_384
+    max_connections: int = 256
+    backlog: int = 1024
+    header_timeout: float = 10.0
+    request_timeout: float = 30.0
+    keep_alive_timeout: float = 5.0
+    workers: int = 2
+    max_batch_size: int = 32
+    batch_timeout: float = 0.002
+    max_queued_examples: int = 2048
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            zero_ok = field.name in ("max_batch_size", "batch_timeout")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    value < 0 or (value == 0 and not zero_ok):
+                kind = "non-negative" if zero_ok else "positive"
+                raise ValueError(f"`{field.name}` must be a {kind} number. "
+                                 f"Received: {field.name}={value!r}")
+
+
+def _protocol_class(header_timeout):
+    """uvicorn's h11 protocol with a deadline for each request's line and headers: uvicorn
+    only times out idle keep-alive connections, so a client trickling header bytes would hold
+    its connection forever."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadlineProtocol(H11Protocol):
+        _header_timer = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm_header_deadline()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm_header_deadline()
+
+        def connection_lost(self, exc):
+            self._header_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm_header_deadline(self):
+            waiting_for = self.cycle
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+
+            def expire():
+                if self.cycle is waiting_for and not self.transport.is_closing():
+                    self.transport.close()  # no request's headers since the timer was set
+
+            self._header_timer = self.loop.call_later(header_timeout, expire)
+
+    return HeaderDeadlineProtocol
+
+
+class _App:
+    """The ASGI application: reads the request within the limits, routes it through `api`,
+    runs predictions through the batcher, answers JSON and logs one line."""
+
+    def __init__(self, api, limits, log):
+        self.api = api
+        self.limits = limits
+        self.log = log
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            limits.workers, thread_name_prefix="keras-attn-model")
+        self.batcher = RequestBatcher(
+            self._run, self.executor, limits.workers, limits.max_batch_size,
+            limits.batch_timeout, limits.max_queued_examples)
+
+    def _run(self, key, inputs):
+        return self.api.run(key[0], inputs)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return  # lifespan is off; websockets are not served
+        started = time.perf_counter()
+        status, response, close = await self._respond(scope, receive)
         data = json.dumps(response, ensure_ascii=False, allow_nan=True).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        headers = [(b"Content-Type", b"application/json"),
+                   (b"Content-Length", str(len(data)).encode())]
         if status == 405:
-            self.send_header("Allow", "GET, POST")
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-        milliseconds = (time.perf_counter() - self.started) * 1000
-        self.server.log(f'{self.client_address[0]} "{self.command} {self.path}" {status} '
-                        f"{len(data)} bytes {milliseconds:.1f} ms")
+            headers.append((b"Allow", b"GET, POST"))
+        if close:
+            headers.append((b"Connection", b"close"))
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": data})
+        except OSError:
+            status = "client gone"  # uvicorn drops writes to a closed connection quietly
+        milliseconds = (time.perf_counter() - started) * 1000
+        client = (scope.get("client") or ("-",))[0]
+        self.log(f'{client} "{scope["method"]} {scope["path"]}" {status} {len(data)} bytes '
+                 f"{milliseconds:.1f} ms")
 
-    def parse_request(self):
-        self.started = time.perf_counter()
-        return super().parse_request()
+    async def _respond(self, scope, receive):
+        """`(status, response dict, close connection)`; never raises."""
+        close = False
+        try:
+            async with asyncio.timeout(self.limits.request_timeout):
+                try:
+                    method, path = scope["method"], scope["path"]
+                    verb = self.api.route(method, path) if method in ("GET", "POST") else \
+                        self._other_method(method)
+                    if verb != ":predict":
+                        return (*self.api.handle(method, path, b""), False)
+                    close = True  # until the body is read
+                    body = await self._body(scope, receive)
+                    close = False
+                    return 200, await self._predict(body, receive), False
+                except RequestError as error:
+                    return error.status, {"error": error.message}, close
+        except TimeoutError:
+            if close:
+                return 408, {"error": "The request body did not arrive within "
+                             f"{self.limits.request_timeout:g} s (--request-timeout)"}, True
+            return 504, {"error": "The answer was not ready within "
+                         f"{self.limits.request_timeout:g} s (--request-timeout)"}, False
+        except Exception as error:  # noqa: BLE001 - whatever happens, answer and stay up
+            return 500, {"error": f"Internal error: {type(error).__name__}: {error}"}, close
 
-    def log_request(self, code="-", size="-"):
-        pass  # `_send` logs every answered request, with its latency
+    def _other_method(self, method):
+        raise RequestError(405, f"{method} is not allowed: use GET (status, metadata) or POST "
+                           "(:predict)")
 
-    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
-        # http.server's own messages: malformed request lines, timeouts.
-        self.server.log(format % args)
+    async def _body(self, scope, receive):
+        lengths = [v for k, v in scope["headers"] if k == b"content-length"]
+        if lengths and any(k == b"transfer-encoding" for k, _ in scope["headers"]):
+            raise RequestError(400, "The request has both Content-Length and "
+                               "Transfer-Encoding: send Content-Length only")
+        if not lengths:
+            raise RequestError(411, "Send the request body with a Content-Length header "
+                               "(chunked bodies are not supported)")
+        length = int(lengths[0])  # h11 has checked it: digits only, duplicates equal
+        limit = self.limits.max_request_bytes
+        if length > limit:
+            raise RequestError(413, f"The request body has {length} bytes; this server takes "
+                               f"at most {limit} (--max-request-bytes): send fewer texts")
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestError(499, "The client closed the connection")
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    async def _predict(self, body, receive):
+        prepared = self.api.prepare(body)
+        key, mergeable = self.api.batch_key(prepared)
+        work = asyncio.ensure_future(self.batcher.submit(key, prepared.inputs, mergeable))
+        gone = asyncio.ensure_future(receive())  # returns only when the client disconnects
+        try:
+            await asyncio.wait([work, gone], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()  # client gone or deadline: if not started, never started
+        if work.cancelled():
+            raise RequestError(499, "The client closed the connection")
+        try:
+            outputs = work.result()
+        except QueueFullError as error:
+            raise RequestError(503, f"The server is busy: {error}; retry later") from None
+        return self.api.answer(prepared, outputs)
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True  # a hanging request does not block shutdown
+class HttpServer:
+    """`keras-attn serve`'s HTTP server: uvicorn on a socket bound at construction.
+
+    `serve_forever()` runs it (in the calling thread, until `shutdown()` or Ctrl-C);
+    `server_address` is `(host, port)`; `server_close()` closes the socket.
+    """
+
+    def __init__(self, api, host, port, limits, log):
+        try:
+            import uvicorn
+        except ImportError:
+            raise ImportError("`keras-attn serve` runs on uvicorn: pip install "
+                              "'keras-attn[serve]'") from None
+        self.api = api
+        self.limits = limits
+        self.app = _App(api, limits, log)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.socket.bind((host, port))
+        except OSError:
+            self.socket.close()
+            raise
+        self.socket.listen(limits.backlog)  # connections queue from now on, served once running
+        self.server_address = self.socket.getsockname()[:2]
+        config = uvicorn.Config(
+            self.app, http=_protocol_class(limits.header_timeout), lifespan="off",
+            log_config=None, access_log=False, log_level="warning",
+            limit_concurrency=limits.max_connections,
+            backlog=limits.backlog, timeout_keep_alive=limits.keep_alive_timeout,
+            h11_max_incomplete_event_size=limits.max_header_bytes,
+            timeout_graceful_shutdown=limits.request_timeout, server_header=False)
+        self.server = uvicorn.Server(config)
+        self._stopped = threading.Event()
+
+    def serve_forever(self):
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            self.app.executor.shutdown(wait=False, cancel_futures=True)
+            self._stopped.set()
+
+    def shutdown(self):
+        """Stops `serve_forever` (running in another thread) and waits for it."""
+        self.server.should_exit = True
+        self._stopped.wait(timeout=self.limits.request_timeout + 5)
+
+    def server_close(self):
+        self.socket.close()
 
 
 def make_server(api, host="127.0.0.1", port=8501, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
-                log=None):
-    """A threading HTTP server answering with `api` (a `RestApi`); bound, not yet serving.
+                log=None, limits=None):
+    """An HTTP server answering with `api` (a `RestApi`); bound, not yet serving.
 
     Call `serve_forever()` (in a thread, or the main thread until Ctrl-C) and `shutdown()`.
     `port=0` takes a free port: read it from `server.server_address[1]`.
@@ -519,29 +834,30 @@ def make_server(api, host="127.0.0.1", port=8501, max_request_bytes=DEFAULT_MAX_
         port: int.
         max_request_bytes: int, largest request body read; larger ones get 413.
         log: callable receiving one line per request, or `None`.
+        limits: `ServerLimits` (its `max_request_bytes` is replaced by the argument's).
 
     Returns:
-        The `http.server.ThreadingHTTPServer`.
+        An `HttpServer`.
     """
     if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or \
             max_request_bytes < 1:
         raise ValueError("`max_request_bytes` must be a positive integer. "
                          f"Received: max_request_bytes={max_request_bytes!r}")
-    server = _Server((host, port), _Handler)
-    server.api = api
-    server.max_request_bytes = max_request_bytes
-    server.log = log or (lambda line: None)
-    return server
+    limits = dataclasses.replace(limits or ServerLimits(), max_request_bytes=max_request_bytes)
+    return HttpServer(api, host, port, limits, log or (lambda line: None))
 
 
 def serve_in_thread(server):
-    """Starts `server.serve_forever()` in a daemon thread and returns the thread."""
+    """Starts `server.serve_forever()` in a daemon thread, returns the thread once the server
+    accepts connections."""
     thread = threading.Thread(target=server.serve_forever, name="keras-attn-serve", daemon=True)
     thread.start()
+    deadline = time.monotonic() + 60
+    while not server.server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return thread
 
 
 def url_of(server, api):
     host, port = server.server_address[:2]
     return f"http://{host}:{port}/v1/models/{api.model_name}"
-

@@ -212,7 +212,11 @@ class SavedModelPredictor(Predictor):
         from keras_attn.export.serving_module import load_saved_model
         from keras_attn.text.label_vocabulary import LabelVocabulary
 
-        self.saved_model = load_saved_model(path)
+        try:
+            self.saved_model = load_saved_model(path)
+        except Exception as error:  # noqa: BLE001 - OSError, DecodeError, tf errors, ...
+            raise PredictorError(f"{path}: TensorFlow cannot load this SavedModel "
+                                 f"({_first_line(error)}); re-run `keras-attn export`") from None
         signatures = self.saved_model.signatures
         if "metadata" not in signatures or "serving_default" not in signatures:
             raise PredictorError(
@@ -404,7 +408,11 @@ def _load_onnx(path, num_threads):
 
     card, labels = _read_card(path)
     tokenizer = _card_tokenizer(path, card)
-    runner = OnnxRunner(str(path), threads=num_threads)
+    try:
+        runner = OnnxRunner(str(path), threads=num_threads)
+    except Exception as error:  # noqa: BLE001 - onnxruntime's InvalidProtobuf, Fail, ...
+        raise PredictorError(f"{path}: onnxruntime cannot load it ({_first_line(error)}); "
+                             "re-run `keras-attn export`") from None
     if len(runner.output_names) != 1 or not set(runner.input_names) <= set(ID_INPUTS):
         raise PredictorError(
             f"{path} has inputs {runner.input_names} and outputs {runner.output_names}; "
@@ -458,6 +466,11 @@ class TextTFLitePredictor(Predictor):
 
 
 # --- loading --------------------------------------------------------------------------------
+
+
+def _first_line(error):
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
 
 
 def _require(path, why):

@@ -111,6 +111,9 @@ class ClassificationReader:
                 f"`header` must be 'infer', True or False. Received: header={header!r}"
             )
         by_name = any(isinstance(column, str) for column in columns.values())
+        # Columns by index with header="infer": the first row is read as data; the label
+        # vocabulary checks it does not look like a header (see `build_label_vocabulary`).
+        self.header_inferred = header == "infer" and tabular and not by_name
         if header == "infer":
             header = by_name
         if tabular and not header and by_name:
@@ -144,6 +147,7 @@ class ClassificationReader:
             try:
                 row = next(rows)
             except StopIteration:
+                self._check_examples()
                 return
             except csv.Error as error:
                 raise DataError(self.path, rows.line_num, f"malformed CSV ({error}).") from None
@@ -171,10 +175,20 @@ class ClassificationReader:
                         f"(the first row has {width}). Check the delimiter and the row.",
                     )
                 values[name] = row[index]
+            if len(row) != width:
+                raise DataError(self.path, start_line, self._width_message(row, width))
             self._check_label(values["label"], start_line)
             report.add("examples")
             yield ClassificationExample(values["text"], values["text_pair"], values["label"],
                                         start_line)
+
+    def _width_message(self, row, width):
+        first = "the header" if self.header else "the first row"
+        message = f"the row has {len(row)} fields, {first} has {width}."
+        if self.file_format == "tsv":
+            return message + (" A tab inside a text splits it into two fields: replace tabs in "
+                              "texts by spaces (TSV has no quoting).")
+        return message + ' Quote fields that contain commas ("a, b").'
 
     def _check_label(self, label, line):
         if label is not None and not label.strip():
@@ -183,6 +197,17 @@ class ClassificationReader:
                 f"empty label (`label_column={self.label_column!r}`): every example needs a "
                 "label. Fill it in or remove the row.",
             )
+        if label is not None and label != label.strip():
+            raise DataError(
+                self.path, line,
+                f"label {label!r} has leading or trailing whitespace, which would make it a "
+                f"class of its own; write it as {label.strip()!r}.",
+            )
+
+    def _check_examples(self):
+        if self.report["examples"] == 0:
+            raise DataError(self.path, 1, "the file holds no example (only a header or blank "
+                            "lines). Point the reader at a file with data.")
 
     def _columns(self):
         return {"text": self.text_column, "text_pair": self.text_pair_column,
@@ -242,6 +267,7 @@ class ClassificationReader:
             report.add("examples")
             yield ClassificationExample(values["text"], values["text_pair"], values["label"],
                                         line_number)
+        self._check_examples()
 
     def labels(self):
         """Yields the label of each example (one streaming pass)."""
@@ -251,8 +277,30 @@ class ClassificationReader:
             yield example.label
 
     def build_label_vocabulary(self):
-        """A `LabelVocabulary` of the labels in this file (one streaming pass)."""
-        return LabelVocabulary.build(self.labels())
+        """A `LabelVocabulary` of the labels in this file (one streaming pass); checks the
+        first row with `check_inferred_header`."""
+        if self.label_column is None:
+            raise ValueError("This reader has no label column (`label_column=None`).")
+        counts = self.check_inferred_header(self)
+        return LabelVocabulary.build(counts)
+
+    def check_inferred_header(self, examples):
+        """The label counts of `examples` (this file's); raises `DataError` when the columns
+        are chosen by index with `header="infer"` (the first row is read as data) and the first
+        row's label occurs nowhere else: it is most likely a header row."""
+        counts = collections.Counter()
+        first = None
+        for example in examples:
+            first = first or example
+            counts[example.label] += 1
+        if self.header_inferred and self.label_column is not None and len(counts) > 1 and \
+                counts[first.label] == 1:
+            raise DataError(
+                self.path, first.line,
+                f"the label {first.label!r} of the first row occurs nowhere else: is the first "
+                f"row a header? Columns are chosen by index, so `header: infer` reads it as an "
+                "example. Set `header: true` to skip it, or `header: false` to keep it.")
+        return counts
 
     def encoded(self, label_vocabulary=None):
         """Yields examples as dicts `{"text", ["text_pair"], ["label"]}` with label ids.

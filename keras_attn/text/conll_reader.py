@@ -2,6 +2,7 @@
 
 import collections
 import pathlib
+import re
 
 import tensorflow as tf
 
@@ -11,6 +12,9 @@ from keras_attn.text.ner import IOB_TAG
 from keras_attn.text.text_lines import ReadReport
 from keras_attn.text.text_lines import read_lines
 
+# Columns are split on ASCII whitespace only: `str.split()` also splits on U+00A0, U+0085,
+# U+2028..., which occur inside tokens (and would drop the token's second half).
+_ASCII_WHITESPACE = re.compile("[ \t\n\r\x0b\x0c]+")
 TaggedSentence = collections.namedtuple("TaggedSentence", ["tokens", "tags", "line"])
 TaggedSentence.__doc__ = """One sentence: `tokens` and IOB2 `tags` (lists of str; `tags` is
 `None` for untagged input) and the 1-based `line` of its first token."""
@@ -42,7 +46,8 @@ def iob1_to_iob2(tags):
 class ConllReader:
     """Reads sentences of (token, tag) from a CoNLL-2003 style file, lazily.
 
-    Format: one token per line, whitespace-separated columns, the token first and the tag in the
+    Format: one token per line, columns separated by ASCII whitespace (spaces, tabs; a
+    no-break space U+00A0 or U+0085 is part of a token), the token first and the tag in the
     last column (or `tag_column`); a blank line ends a sentence. `-DOCSTART-` lines (document
     boundaries) are skipped. Tags are `O`, `B-TYPE` or `I-TYPE`; with `scheme="iob1"` they are
     converted to IOB2, with `scheme="iob2"` they must already be valid IOB2 (an `I-X` that does
@@ -96,7 +101,8 @@ class ConllReader:
         report = self.report
         tokens, tags, lines = [], [], []
         for line_number, line in read_lines(self.path):
-            fields = line.split()
+            fields = _ASCII_WHITESPACE.split(line.strip(" \t\n\r\x0b\x0c"))
+            fields = [] if fields == [""] else fields
             if not fields:
                 if tokens:
                     yield self._sentence(tokens, tags, lines)

@@ -20,6 +20,7 @@ def read_lines(path):
 
     Raises:
         FileNotFoundError: the file does not exist.
+        IsADirectoryError: the path is a directory.
         DataError: the file is empty (reported at line 1) or a line is not valid UTF-8.
 
     Example:
@@ -30,27 +31,39 @@ def read_lines(path):
     [(1, 'first'), (2, 'second')]
     """
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a directory; give a UTF-8 text file.")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (relative paths start at the current "
                                 f"directory, {pathlib.Path.cwd()}).")
     with open(path, "rb") as file:
-        line_number = 0
-        for raw in file:
-            line_number += 1
-            if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(
-                    path, line_number,
-                    f"invalid UTF-8 at byte {error.start} of the line "
-                    f"({raw[error.start:error.start + 4]!r}). Re-encode the file as UTF-8, e.g. "
-                    "`iconv -f latin1 -t utf-8`.",
-                ) from None
-            yield line_number, line.rstrip("\r\n")
-    if line_number == 0:
+        empty = yield from decode_lines(path, file)
+    if empty:
         raise DataError(path, 1, "the file is empty. Point the reader at a file with data.")
+
+
+def decode_lines(source, raw_lines):
+    """Yields `(line_number, line)` of UTF-8 byte lines (a binary file, `sys.stdin.buffer`)
+    as `read_lines` does: a leading byte-order mark dropped, line endings removed, invalid
+    UTF-8 a `DataError` naming `source` and the line. Returns whether there was no line."""
+    line_number = 0
+    for raw in raw_lines:
+        line_number += 1
+        if isinstance(raw, str):  # already text (a text stream without a byte buffer)
+            raw = raw.encode("utf-8", "surrogateescape")
+        if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(
+                source, line_number,
+                f"invalid UTF-8 at byte {error.start} of the line "
+                f"({raw[error.start:error.start + 4]!r}). Re-encode the file as UTF-8, e.g. "
+                "`iconv -f latin1 -t utf-8`.",
+            ) from None
+        yield line_number, line.rstrip("\r\n")
+    return line_number == 0
 
 
 class ReadReport:

@@ -29,11 +29,11 @@ class ClassificationTask(BertTask):
 
     def prepare(self):
         data = self.config.data
-        train = list(self._reader(data.train))
+        reader = self._reader(data.train)
+        train = list(reader)
+        reader.check_inferred_header(train)
         if data.max_train_examples:
             train = train[: data.max_train_examples]
-        if not train:
-            raise ValueError(f"{data.train}: no examples")
         self.labels = self.task_labels(lambda: (example.label for example in train))
         self.tokenizer = WordPieceTokenizer(
             self.vocabulary(lambda: [e.text for e in train] + [e.text_pair for e in train
