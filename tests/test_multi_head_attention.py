@@ -273,8 +273,8 @@ def test_bad_arguments(kwargs, message):
 
 def test_bad_call_arguments():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
-    with pytest.raises(ValueError, match=r"`attention_mask` must have rank 2 or 3"):
-        layer(X, attention_mask=np.ones((2, 1, 5, 5), bool))
+    with pytest.raises(ValueError, match=r"`attention_mask` must have rank 2 or 3 or 4"):
+        layer(X, attention_mask=np.ones((2, 1, 1, 5, 5), bool))
     with pytest.raises(ValueError, match="num_heads mismatch.*cache.shape=\\(2, 2, 5, 2, 3\\)"):
         layer(X, cache=ops.zeros((2, 2, 5, 2, 3)), cache_update_index=0)
     fused = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True)
