@@ -356,7 +356,10 @@ def test_every_keras_argument_gives_keras_numbers(kwargs, inputs):
     actual, scores = ours(*inputs, return_attention_scores=True)
     assert_same(actual, expected)
     assert_same(scores, expected_scores)
-    assert_same(ours(*inputs), reference(*inputs))
+    if kwargs.get("value_dim", 4) == 4:
+        # Without scores Keras calls `ops.dot_product_attention`, which on JAX (Keras 3.15)
+        # fails for value_dim != key_dim ("value shape should be [2, 7, 2, 4]").
+        assert_same(ours(*inputs), reference(*inputs))
     assert tuple(ours.compute_output_shape(*[x.shape for x in inputs])) == expected.shape
     symbolic = [keras.KerasTensor(x.shape) for x in inputs]
     spec, scores_spec = ours.compute_output_spec(*symbolic, return_attention_scores=True)

@@ -28,14 +28,31 @@ class MultiHeadAttention(keras.layers.Layer):
     `merge_attention_masks`; additive biases (T5 buckets, ALiBi) go in `attention_bias`.
 
     The weights use the layout of `keras.layers.MultiHeadAttention` (`query`, `key`,
-    `value`, `attention_output` sublayers, kernels `(d_model, H, d_k)` and
-    `(H, d_v, d_out)`), so `set_weights(keras_mha.get_weights())` copies one into the
-    other. With `fused_qkv=True` a single `(d_model, 3, H, d_k)` kernel projects Q, K and
-    V in one matmul for self-attention (faster on CPU); cross-attention slices it.
+    `gate` with `use_gate`, `value`, `attention_output` sublayers, kernels
+    `(d_model, H, d_k)` and `(H, d_v, *output_shape)`, whatever the inputs' rank), so
+    `set_weights(keras_mha.get_weights())` copies one into the other. With
+    `fused_qkv=True` a single `(d_model, 3, H, d_k)` kernel projects Q, K and V in one
+    matmul for self-attention (faster on CPU); cross-attention slices it.
 
     Incremental decoding uses a key/value cache that is a plain tensor in and out of
     `call` (so it survives `tf.function`, SavedModel and TFLite export): shape
     `(B, 2, S_max, H, d_k)`, `[:, 0]` keys and `[:, 1]` values.
+
+    A drop-in for `keras.layers.MultiHeadAttention` (Keras 3.15): every constructor and
+    call argument of Keras' layer, in Keras' order, with Keras' numbers, except two
+    deliberate differences:
+
+    - `use_causal_mask` (and `sliding_window`) with `T != S` keys: query `i` sits at key
+      position `S - T + i` (the queries are the last `T` positions, as when decoding after
+      a prefix); Keras puts it at `i`. For Keras' mask pass
+      `attention_mask=np.tril(np.ones((T, S), bool))` instead.
+    - A query that may see no key gets a zero attention output (the layer then outputs
+      the output bias) and zero probabilities; Keras averages all values. For Keras'
+      numbers leave one key visible on such rows.
+
+    With several `attention_axes` the inputs are folded to one sequence axis (the other
+    axes join the batch; see `AxesFolding`): causal and sliding-window masks and Keras
+    masks then count positions row-major over the attention axes.
 
     Override hook: subclasses change how per-head scores are formed by overriding
     `_compute_attention` (see `RelativeMultiHeadAttention`, `ShawRelativeAttention`).
@@ -46,37 +63,59 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim: int, size of each value head `d_v`. Defaults to `key_dim`.
         dropout: float, attention-probability dropout rate. Defaults to `0.0`.
         use_bias: bool, whether the projections have biases. Defaults to `True`.
-        output_dim: int, size of the output projection. Defaults to the query's last dim.
-        fused_qkv: bool, one fused Q/K/V kernel instead of three. Requires
-            `value_dim == key_dim` and equal query/value feature sizes.
+        output_shape: int or tuple of ints, the output's shape after the batch and
+            query axes. Defaults to the query's last dim.
+        attention_axes: int or tuple of ints, the axes attention runs over. Defaults to
+            every axis but the batch and feature ones (the sequence axis of rank-3 inputs).
         sliding_window: optional int `w`; query `i` only sees keys with `|i - j| < w`
             (local attention). Combined with a causal mask: the `w` latest keys.
-        rotary_max_wavelength: optional float; when set, rotary position embeddings
-            (RoPE, Su et al., 2021) rotate queries and keys with this base wavelength.
+        flash_attention: optional bool; `True` runs the backend's fused attention kernel
+            (`keras.ops.dot_product_attention(flash_attention=True)`), which then fails
+            where the backend has none, as Keras does. `None` follows
+            `keras.config.enable_flash_attention()`. Excludes `dropout` and attention
+            scores.
         kernel_initializer: initializer for the projection kernels.
         bias_initializer: initializer for the projection biases.
+        kernel_regularizer: optional regularizer for the projection kernels.
+        bias_regularizer: optional regularizer for the projection biases.
+        activity_regularizer: optional regularizer applied to each projection's output
+            (query, key, value, gate and output), as Keras does.
+        kernel_constraint: optional constraint for the projection kernels.
+        bias_constraint: optional constraint for the projection biases.
+        use_gate: bool, gated attention (Qiu et al., 2025, "Gated Attention for Large
+            Language Models"): the heads are multiplied by `sigmoid(query W_g + b_g)`
+            (the `gate` sublayer, `(d_query, H, d_v)`) before the output projection.
         seed: optional int seed for the dropout.
+        output_dim: int, our earlier name for an int `output_shape`.
+        fused_qkv: bool, one fused Q/K/V kernel instead of three. Requires
+            `value_dim == key_dim` and equal query/value feature sizes.
+        rotary_max_wavelength: optional float; when set, rotary position embeddings
+            (RoPE, Su et al., 2021) rotate queries and keys with this base wavelength.
 
     Call arguments:
-        query: `(B, T, d_query)`.
+        query: `(B, T, d_query)`, or `(B, <axes...>, d_query)` with `attention_axes`.
         value: optional `(B, S, d_value)`; defaults to `query` (self-attention).
         key: optional `(B, S, d_key)`; defaults to `value`.
+        query_mask, value_mask, key_mask: optional `(B, T)` / `(B, S)` masks of padded
+            positions. Keras fills them (and `mask`) from the implicit masks of the
+            inputs (`Embedding(mask_zero=True)`, `Masking`).
         padding_mask: optional `(B, S)`, True/1 for real keys, False/0 for padding.
-            Keras implicit masks (`Embedding(mask_zero=True)`, `Masking`) on `query`,
-            `value` and `key` are used too (Keras passes them as `mask`, `query_mask`,
-            `value_mask`, `key_mask`).
-        attention_mask: optional boolean `(B, T, S)`; True where query `t` may see key `s`.
+        attention_mask: optional boolean `(B, T, S)` (or `(T, S)`), or per head
+            `(B, H, T, S)`; True where query `t` may see key `s`. With `attention_axes`,
+            Keras' layout `(B, <other axes>, [H,] <query axes>, <key axes>)`.
         attention_bias: optional float broadcastable to `(B, H, T, S)`, added to scores.
         use_causal_mask: bool, forbid attending to later positions.
         cache: optional `(B, 2, S_max, H, d_k)` key/value cache.
         cache_update_index: int or scalar tensor. With a cache: the position the new
             keys/values are written at (self-attention decoding). `None` with a cache means
             "the cache holds precomputed encoder keys/values" (cross-attention decoding).
-        return_attention_scores: bool, also return the probabilities `(B, H, T, S)`.
+        return_attention_scores: bool, also return the probabilities `(B, H, T, S)`
+            (Keras' `(B, <other axes>, H, <query axes>, <key axes>)` with
+            `attention_axes`).
         training: bool, enables dropout.
 
     Returns:
-        `(B, T, d_out)` tensor; with `return_attention_scores` a tuple
+        `(B, T, *output_shape)` tensor; with `return_attention_scores` a tuple
         `(output, scores)`; with a cache, the updated cache is appended to the tuple.
 
     Example:
