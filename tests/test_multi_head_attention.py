@@ -629,3 +629,14 @@ def test_output_shape_and_spec_with_cache_and_scores():
         (None, 1, 2, 3), (None, 2, 1, 9), (None, 2, 9, 2, 4))
     symbolic = layer(keras.Input((None, 8)), keras.Input((6, 8)), return_attention_scores=True)
     assert [tuple(x.shape) for x in symbolic] == [(None, None, 2, 3), (None, 2, None, 6)]
+
+
+def test_cross_attention_cache_with_other_encoder_width():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)  # d_dec = 8, d_enc = 6
+    expected = layer(X, ENC, padding_mask=VALUE_PADDING)
+    cache = layer.compute_cross_attention_cache(ENC)
+    out, _ = layer(X, cache=cache, padding_mask=VALUE_PADDING)
+    assert_same(out, expected)
+    spec, _ = layer.compute_output_spec(keras.KerasTensor((None, 1, 8)),
+                                        cache=keras.KerasTensor((None, 2, 7, 2, 4)))
+    assert spec.shape == (None, 1, 8)

@@ -526,10 +526,14 @@ class MultiHeadAttention(keras.layers.Layer):
 
     # === Checks and shapes ===
 
-    def _check_input_shapes(self, query_shape, value_shape, key_shape):
-        """Raises a ValueError for inputs that cannot go together; returns the attention axes."""
-        query_shape, value_shape = tuple(query_shape), tuple(value_shape)
-        key_shape = tuple(key_shape)
+    def _check_input_shapes(self, query_shape, value_shape, key_shape, query_only=False):
+        """Raises a ValueError for inputs that cannot go together; returns the attention axes.
+
+        `query_only`: with a key/value cache, which replaces `value` and `key`.
+        """
+        query_shape = tuple(query_shape)
+        value_shape = query_shape if query_only else tuple(value_shape)
+        key_shape = query_shape if query_only else tuple(key_shape)
         rank = len(query_shape)
         if rank < 3 or len(value_shape) != rank or len(key_shape) != rank:
             raise ValueError(
@@ -546,10 +550,11 @@ class MultiHeadAttention(keras.layers.Layer):
             f"the axes outside attention_axes={axes} pair each query with its keys",
         )
         if self.built:
-            for name, shape, size in zip(
+            checked = zip(
                 ("query", "value", "key"), (query_shape, value_shape, key_shape),
                 self._built_feature_sizes(),
-            ):
+            )
+            for name, shape, size in list(checked)[: 1 if query_only else 3]:
                 if shape[-1] is not None and shape[-1] != size:
                     raise ValueError(
                         f"`{name}` has {shape[-1]} features but this layer was built for "
@@ -569,7 +574,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self, query, value, key, attention_mask, attention_bias, cache, return_attention_scores
     ):
         """All call-time checks, before any computation; returns the attention axes."""
-        axes = self._check_input_shapes(query.shape, value.shape, key.shape)
+        axes = self._check_input_shapes(
+            query.shape, value.shape, key.shape, query_only=cache is not None
+        )
         if self._use_flash_attention and return_attention_scores:
             raise ValueError(
                 "Flash attention never forms the attention probabilities: call with "
@@ -630,7 +637,7 @@ class MultiHeadAttention(keras.layers.Layer):
         axes = self._check_call(
             query, value, key, attention_mask, attention_bias, cache, return_attention_scores
         )
-        output_shape = self.compute_output_shape(query.shape, value.shape, key.shape)
+        output_shape = tuple(query.shape[:-1]) + (self._output_shape or (query.shape[-1],))
         result = (keras.KerasTensor(output_shape, dtype=self.compute_dtype),)
         if return_attention_scores:
             others = [query.shape[a] for a in range(len(query.shape) - 1) if a not in axes]
