@@ -574,7 +574,7 @@ def test_documented_differences_and_how_to_get_keras_behaviour():
     # A query that may see no key: zero attention output (only the output bias) in ours.
     blind = np.ones((2, 3, 5), bool)
     blind[:, 1] = False
-    _, bias = ours.output_dense.kernel, ops.convert_to_numpy(ours.output_dense.bias)
+    bias = ops.convert_to_numpy(ours.output_dense.bias)
     out = ops.convert_to_numpy(ours(X[:, :3], X, attention_mask=blind))
     np.testing.assert_allclose(out[:, 1], np.broadcast_to(bias, (2, 8)), atol=1e-6)
 
