@@ -47,9 +47,19 @@ def test_merge_ands_every_source():
 
 
 def test_rank_errors_name_the_argument():
-    with pytest.raises(ValueError, match=r"`attention_mask` must have rank 2 or 3.*\(2, 1, 4, 4\)"):
-        merge_attention_masks(4, 4, attention_mask=np.ones((2, 1, 4, 4), bool))
+    with pytest.raises(ValueError, match=r"`attention_mask` must have rank 2 or 3 or 4.*\(2, 1, 1"):
+        merge_attention_masks(4, 4, attention_mask=np.ones((2, 1, 1, 4, 4), bool))
     with pytest.raises(ValueError, match="`padding_mask` must have rank 2"):
         merge_attention_masks(4, 4, key_mask=np.ones((2, 4, 1), bool))
     with pytest.raises(ValueError, match="Received: sliding_window=0"):
         merge_attention_masks(4, 4, sliding_window=0)
+
+
+def test_per_head_attention_mask_merges_with_the_other_sources():
+    rng = np.random.default_rng(3)
+    per_head = rng.random((2, 3, 4, 4)) > 0.3  # (B, H, T, S)
+    padding = rng.random((2, 4)) > 0.2  # (B, S)
+    merged = ops.convert_to_numpy(merge_attention_masks(
+        4, 4, key_mask=padding, attention_mask=per_head, use_causal_mask=True))
+    expected = per_head & padding[:, None, None, :] & np.tril(np.ones((4, 4), bool))
+    np.testing.assert_array_equal(merged, expected)

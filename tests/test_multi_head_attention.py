@@ -1,3 +1,5 @@
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -273,10 +275,369 @@ def test_bad_arguments(kwargs, message):
 
 def test_bad_call_arguments():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
-    with pytest.raises(ValueError, match=r"`attention_mask` must have rank 2 or 3"):
-        layer(X, attention_mask=np.ones((2, 1, 5, 5), bool))
+    with pytest.raises(ValueError, match=r"`attention_mask` must have rank 2 or 3 or 4"):
+        layer(X, attention_mask=np.ones((2, 1, 1, 5, 5), bool))
     with pytest.raises(ValueError, match="num_heads mismatch.*cache.shape=\\(2, 2, 5, 2, 3\\)"):
         layer(X, cache=ops.zeros((2, 2, 5, 2, 3)), cache_update_index=0)
     fused = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True)
     with pytest.raises(ValueError, match="same feature size"):
         fused(X, ENC)
+
+
+# === Drop-in parity with keras.layers.MultiHeadAttention ===
+
+X4 = RNG.normal(size=(2, 3, 4, 8)).astype("float32")  # (B, d1, d2, features)
+ENC4 = RNG.normal(size=(2, 5, 4, 6)).astype("float32")
+X5 = RNG.normal(size=(1, 2, 3, 2, 4)).astype("float32")
+
+
+def keras_pair(query, value, key=None, **kwargs):
+    """A Keras layer and ours built for these inputs, ours holding a copy of Keras' weights."""
+    kwargs = {"num_heads": 2, "key_dim": 4, **kwargs}
+    keras_kwargs = dict(kwargs)
+    if "output_dim" in kwargs:  # our alias of an int `output_shape`
+        keras_kwargs["output_shape"] = keras_kwargs.pop("output_dim")
+    reference = keras.layers.MultiHeadAttention(**keras_kwargs)
+    ours = MultiHeadAttention(**kwargs)
+    # With scores Keras takes its einsum path, which also works for value_dim != key_dim
+    # on JAX (see test_every_keras_argument_gives_keras_numbers).
+    reference(query, value, key, return_attention_scores=True)
+    ours(query, value, key)
+    ours.set_weights(reference.get_weights())
+    return reference, ours
+
+
+def assert_same(actual, expected, atol=1e-5, rows=None):
+    actual, expected = ops.convert_to_numpy(actual), ops.convert_to_numpy(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if rows is not None:  # only real query positions (see the documented differences)
+        actual, expected = actual[rows], expected[rows]
+    np.testing.assert_allclose(actual, expected, atol=atol, rtol=atol)
+
+
+def test_signatures_accept_every_keras_parameter():
+    # A new argument in a future Keras fails here, not in a user's program.
+    import inspect
+
+    reference = keras.layers.MultiHeadAttention
+    for method in ("__init__", "call", "build", "compute_output_shape", "compute_output_spec"):
+        theirs = inspect.signature(getattr(reference, method)).parameters
+        ours = inspect.signature(getattr(MultiHeadAttention, method)).parameters
+        missing = set(theirs) - set(ours)
+        assert not missing, f"MultiHeadAttention.{method} lacks Keras' {sorted(missing)}"
+        for name, parameter in theirs.items():
+            if parameter.default is not inspect.Parameter.empty and name != "value":
+                assert ours[name].default == parameter.default, (method, name)
+    # The constructor's positional order is Keras' too.
+    theirs = [n for n in inspect.signature(reference.__init__).parameters if n != "kwargs"]
+    ours = list(inspect.signature(MultiHeadAttention.__init__).parameters)
+    assert ours[: len(theirs)] == theirs
+
+
+@pytest.mark.parametrize(
+    "kwargs, inputs",
+    [
+        ({}, (X, X)),
+        ({"value_dim": 3, "use_bias": False, "use_gate": True}, (X, ENC)),
+        ({"output_shape": (2, 3)}, (X, ENC, ENC[..., :5])),
+        ({"output_dim": 6, "attention_axes": 1}, (X, ENC)),
+        ({"sliding_window": 2, "dropout": 0.3, "seed": 1}, (X, X)),
+        ({}, (X4, X4)),  # attention over axes (1, 2)
+        ({"attention_axes": (-2,), "output_shape": (2, 3)}, (X4, X4)),
+        ({"attention_axes": (1,)}, (X4, ENC4)),
+        ({"attention_axes": (3, 1), "use_gate": True}, (X5, X5)),
+    ],
+)
+def test_every_keras_argument_gives_keras_numbers(kwargs, inputs):
+    reference, ours = keras_pair(*inputs, **kwargs)
+    expected, expected_scores = reference(*inputs, return_attention_scores=True)
+    actual, scores = ours(*inputs, return_attention_scores=True)
+    assert_same(actual, expected)
+    assert_same(scores, expected_scores)
+    if kwargs.get("value_dim", 4) == 4:
+        # Without scores Keras calls `ops.dot_product_attention`, which on JAX (Keras 3.15)
+        # fails for value_dim != key_dim ("value shape should be [2, 7, 2, 4]").
+        assert_same(ours(*inputs), reference(*inputs))
+    assert tuple(ours.compute_output_shape(*[x.shape for x in inputs])) == expected.shape
+    symbolic = [keras.KerasTensor(x.shape) for x in inputs]
+    spec, scores_spec = ours.compute_output_spec(*symbolic, return_attention_scores=True)
+    assert (spec.shape, scores_spec.shape) == (expected.shape, expected_scores.shape)
+
+
+def test_config_of_a_keras_layer_builds_ours():
+    reference, _ = keras_pair(X4, X4, attention_axes=(2,), output_shape=(2, 3), use_gate=True)
+    ours = MultiHeadAttention.from_config(reference.get_config())
+    ours(X4, X4)
+    ours.set_weights(reference.get_weights())
+    assert_same(ours(X4, X4), reference(X4, X4))
+
+
+def _masked(x, padding):
+    return keras.layers.Masking(0.0)(np.where(padding[..., None], x, 0.0).astype("float32"))
+
+
+VALUE_PADDING = np.array([[1] * 5 + [0] * 2, [1] * 7], bool)
+KEY = RNG.normal(size=(2, 7, 3)).astype("float32")
+
+
+MASK = RNG.random((2, 5, 7)) > 0.4
+MASK[..., 0] = True
+PER_HEAD_MASK = RNG.random((2, 2, 5, 7)) > 0.4
+PER_HEAD_MASK[..., 0] = True
+# form: (self-attention, Keras-masked inputs (query, value, key), Keras' call kwargs, ours)
+MASK_FORMS = {
+    "self_keras_mask": (True, "qvk", {}, {}),
+    "value_keras_mask": (False, "v", {}, {}),
+    "key_keras_mask": (False, "k", {}, {}),
+    "value_key_masks_explicit": (
+        False, "", {"value_mask": VALUE_PADDING, "key_mask": VALUE_PADDING[::-1]}, None),
+    # Keras reads the query's mask from the tensor (it ignores an explicit `query_mask`);
+    # ours takes either.
+    "query_mask_explicit": (False, "q", {}, {"query_mask": PADDING}),
+    "attention_mask": (False, "", {"attention_mask": MASK}, None),
+    "attention_mask_2d": (False, "", {"attention_mask": MASK[0]}, None),
+    "per_head_attention_mask": (False, "", {"attention_mask": PER_HEAD_MASK}, None),
+    "causal": (True, "", {"use_causal_mask": True}, None),
+    "causal_and_padding": (True, "qvk", {"use_causal_mask": True}, None),
+    "causal_and_attention_mask": (
+        True, "", {"use_causal_mask": True, "attention_mask": MASK[:, :, :5]}, None),
+}
+
+
+@pytest.mark.parametrize("form", sorted(MASK_FORMS))
+def test_every_keras_mask_form_gives_keras_numbers(form):
+    self_attention, masked, ref_kwargs, our_kwargs = MASK_FORMS[form]
+    our_kwargs = ref_kwargs if our_kwargs is None else our_kwargs
+    arrays = (X, X, X) if self_attention else (X, ENC, KEY)
+    paddings = (PADDING,) * 3 if self_attention else (PADDING, VALUE_PADDING, VALUE_PADDING)
+    reference, ours = keras_pair(*arrays)
+
+    def inputs(keras_masks):
+        # Fresh tensors per call: Keras' layer removes the masks from the tensors it gets.
+        return [_masked(x, p) if name in keras_masks else ops.convert_to_tensor(x)
+                for name, x, p in zip("qvk", arrays, paddings)]
+
+    # Keras spreads a query that sees no key over all keys, ours gives zeros: compare the
+    # real queries only (see the documented differences).
+    rows = PADDING if "q" in masked or "query_mask" in our_kwargs else None
+    our_masks = masked if "query_mask" not in our_kwargs else ""
+    expected = reference(*inputs(masked), return_attention_scores=True, **ref_kwargs)
+    actual = ours(*inputs(our_masks), return_attention_scores=True, **our_kwargs)
+    assert_same(actual[0], expected[0], rows=rows)
+    score_rows = None if rows is None else np.broadcast_to(rows[:, None], (2, 2, 5))
+    assert_same(actual[1], expected[1], rows=score_rows)
+    assert_same(ours(*inputs(our_masks), **our_kwargs),
+                reference(*inputs(masked), **ref_kwargs), rows=rows)
+
+
+def test_attention_masks_over_several_axes_give_keras_numbers():
+    reference, ours = keras_pair(X4, X4)  # scores (B, H, d1, d2, d1, d2)
+    mask = RNG.random((2, 3, 4, 3, 4)) > 0.3
+    mask[..., 0, 0] = True
+    per_head = RNG.random((2, 2, 3, 4, 3, 4)) > 0.3
+    per_head[..., 0, 0] = True
+    for attention_mask in (mask, per_head, mask[0]):
+        expected = reference(X4, X4, attention_mask=attention_mask, return_attention_scores=True)
+        actual = ours(X4, X4, attention_mask=attention_mask, return_attention_scores=True)
+        for ours_out, theirs in zip(actual, expected):
+            assert_same(ours_out, theirs)
+    # One attention axis: a causal mask over it, as Keras (batch-like axis 2 untouched).
+    reference, ours = keras_pair(X4, X4, attention_axes=(1,))
+    assert_same(ours(X4, X4, use_causal_mask=True), reference(X4, X4, use_causal_mask=True))
+
+
+def test_padding_over_several_axes_equals_the_attention_mask():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    padding = RNG.random((2, 3, 4)) > 0.3
+    padding[:, 0, 0] = True
+    explicit = np.broadcast_to(padding[:, None, None], (2, 3, 4, 3, 4))
+    real = padding  # padded queries differ by design (zeros vs. Keras' uniform average)
+    assert_same(layer(X4, padding_mask=padding), layer(X4, attention_mask=explicit), rows=real)
+    assert_same(layer(_masked(X4, padding)), layer(X4, attention_mask=explicit), rows=real)
+
+
+# Half precision: both layers round every intermediate to the compute dtype, in different
+# orders (Keras' einsums and fused attention vs. our matmuls and float32 softmax), so they
+# agree to a few units in the last place of that dtype, not to 1e-5: float16 keeps 11
+# significant bits (ulp 2^-10 ~ 1e-3 at 1.0), bfloat16 8 bits (ulp 2^-7 ~ 8e-3 at 1.0,
+# 1.6e-2 at 2.0). Measured max |ours - Keras| on these cases (outputs up to |2.6|):
+# 2.0e-3 in float16, 3.1e-2 in bfloat16 (two ulps at 2.0). The bound is atol + rtol * |x|.
+HALF_PRECISION_ATOL = {"mixed_float16": 4e-3, "mixed_bfloat16": 3e-2}
+
+
+@pytest.mark.parametrize("policy", sorted(HALF_PRECISION_ATOL))
+@pytest.mark.parametrize(
+    "kwargs, inputs, call_kwargs",
+    [
+        ({"use_gate": True, "output_shape": (2, 3)}, (X, ENC),
+         {"attention_mask": np.tril(np.ones((5, 7), bool))}),
+        ({"attention_axes": (2,)}, (X4, X4), {}),
+    ],
+)
+def test_half_precision_policies_give_keras_numbers(policy, kwargs, inputs, call_kwargs):
+    reference, ours = keras_pair(*inputs, dtype=policy, **kwargs)
+    expected = reference(*inputs, **call_kwargs)
+    actual = ours(*inputs, **call_kwargs)
+    assert keras.backend.standardize_dtype(actual.dtype) == policy.split("_")[1]
+    assert_same(ops.cast(actual, "float32"), ops.cast(expected, "float32"),
+                atol=HALF_PRECISION_ATOL[policy])
+
+
+def test_regularizers_add_the_losses_keras_adds():
+    kwargs = dict(kernel_regularizer="l2", bias_regularizer=keras.regularizers.L1(0.1),
+                  activity_regularizer=keras.regularizers.L2(1e-3), use_gate=True,
+                  bias_initializer="ones")
+    reference, ours = keras_pair(X, ENC, **kwargs)
+    reference(X, ENC)
+    ours(X, ENC)
+    assert len(ours.losses) == len(reference.losses) > 0
+    np.testing.assert_allclose(
+        sum(float(ops.convert_to_numpy(x)) for x in ours.losses),
+        sum(float(ops.convert_to_numpy(x)) for x in reference.losses), rtol=1e-5,
+    )
+    # The fused kernel carries the same regularization as the three kernels it replaces.
+    fused = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True, **kwargs)
+    unfused = MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+    unfused(X)
+    fused(X)
+    wq, bq, wk, bk, wg, bg, wv, bv, wo, bo = unfused.get_weights()
+    fused.set_weights([np.stack([wq, wk, wv], 1), np.stack([bq, bk, bv]), wg, bg, wo, bo])
+    fused(X)
+    unfused(X)
+    np.testing.assert_allclose(
+        sum(float(ops.convert_to_numpy(x)) for x in fused.losses),
+        sum(float(ops.convert_to_numpy(x)) for x in unfused.losses), rtol=1e-5,
+    )
+
+
+def test_constraints_apply_after_a_training_step_as_in_keras():
+    kwargs = dict(kernel_constraint=keras.constraints.MaxNorm(0.5),
+                  bias_constraint=keras.constraints.NonNeg(), bias_initializer="ones")
+    trained = []
+    for layer in keras_pair(X, ENC, **kwargs):
+        query, value = keras.Input((5, 8)), keras.Input((7, 6))
+        model = keras.Model([query, value], layer(query, value))
+        model.compile(optimizer=keras.optimizers.SGD(1.0), loss="mse")
+        model.fit([X, ENC], np.ones((2, 5, 8), "float32"), epochs=1, verbose=0, batch_size=2)
+        trained.append(layer.get_weights())
+    for theirs, ours in zip(*trained):
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    query_kernel, query_bias = trained[1][:2]  # (d, H, dk), (H, dk)
+    assert np.all(np.sqrt((query_kernel**2).sum(0)) <= 0.5 + 1e-6)
+    assert np.all(query_bias >= 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, inputs",
+    [
+        ({"use_gate": True, "output_shape": (2, 4), "kernel_regularizer": "l2",
+          "activity_regularizer": "l1", "kernel_constraint": "non_neg",
+          "bias_constraint": "max_norm", "bias_regularizer": "l2"}, {"query": X, "value": ENC}),
+        ({"attention_axes": (2,), "flash_attention": False}, {"query": X4}),
+    ],
+)
+def test_shared_layer_checks_with_keras_arguments(kwargs, inputs):
+    expected = inputs["query"].shape[:-1] + tuple(kwargs.get("output_shape", (8,)))
+    run_layer_test(
+        MultiHeadAttention, {"num_heads": 2, "key_dim": 4, **kwargs}, inputs,
+        expected_output_shape=expected,
+    )
+
+
+def test_flash_attention_is_honoured_as_in_keras():
+    # Where the backend has a flash kernel (JAX on a GPU with cuDNN) both layers run it and
+    # agree; elsewhere (TensorFlow, CPUs) both refuse the same way at call time.
+    reference = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, flash_attention=True)
+    ours = MultiHeadAttention(num_heads=2, key_dim=4, flash_attention=True)
+    try:
+        expected = reference(X, X)
+    except Exception as error:  # noqa: BLE001 - the backend's own error type
+        with pytest.raises(type(error), match=re.escape(str(error)[:30])):
+            ours(X, X)
+    else:
+        ours(X, X)
+        ours.set_weights(reference.get_weights())
+        assert_same(ours(X, X), expected)
+    with pytest.raises(ValueError, match="Received: dropout=0.1"):
+        MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.1, flash_attention=True)
+    with pytest.raises(ValueError, match="Received: return_attention_scores=True"):
+        MultiHeadAttention(num_heads=2, key_dim=4, flash_attention=True)(
+            X, return_attention_scores=True)
+
+
+def test_documented_differences_and_how_to_get_keras_behaviour():
+    reference, ours = keras_pair(X[:, :3], X)  # T = 3 queries, S = 5 keys
+    keras_causal = np.tril(np.ones((3, 5), bool))  # Keras aligns query 0 with key 0
+    assert_same(ours(X[:, :3], X, attention_mask=keras_causal),
+                reference(X[:, :3], X, use_causal_mask=True))
+    ours_causal = np.tril(np.ones((3, 5), bool), k=2)  # ours: query 2 is the last key
+    assert_same(ours(X[:, :3], X, use_causal_mask=True),
+                reference(X[:, :3], X, attention_mask=ours_causal))
+    # A query that may see no key: zero attention output (only the output bias) in ours.
+    blind = np.ones((2, 3, 5), bool)
+    blind[:, 1] = False
+    bias = ops.convert_to_numpy(ours.output_dense.bias)
+    out = ops.convert_to_numpy(ours(X[:, :3], X, attention_mask=blind))
+    np.testing.assert_allclose(out[:, 1], np.broadcast_to(bias, (2, 8)), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: m(X, ENC, ENC[:, :6]), r"key.shape=\(2, 6, 6\), value.shape=\(2, 7, 6\)"),
+        (lambda m: m(X[0], X[0]), "at least 3"),
+        (lambda m: m(X, X4), "same rank"),
+        (lambda m: m(X, ENC[:1]), r"pair each query with its keys"),
+        (lambda m: m(X, attention_mask=np.ones((2, 5, 4), bool)), r"\(batch, 5, 5\)"),
+        (lambda m: m(X[..., :6]), "built for 8"),
+        (lambda m: m(X4, attention_bias=np.zeros((1, 2, 12, 12))), "`attention_bias` needs one"),
+        (lambda m: m(X4, cache=ops.zeros((2, 2, 5, 2, 4)), cache_update_index=0), "`cache` n"),
+        (lambda m: m.compute_output_shape((2, 5, 8), (2, 4, 6), (2, 3, 6)),
+         "one key per value position"),
+    ],
+)
+def test_inconsistent_inputs_fail_up_front(call, message):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    if "built for" in message:
+        layer(X)
+    with pytest.raises(ValueError, match=message):
+        call(layer)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"output_shape": "8"}, "Received: output_shape='8'"),
+        ({"output_shape": (4, 0)}, "Received: output_shape=0"),
+        ({"output_shape": 6, "output_dim": 5}, "output_shape=\\(6,\\), output_dim=5"),
+        ({"attention_axes": "1"}, "Received: attention_axes='1'"),
+        ({"attention_axes": ()}, "non-empty"),
+    ],
+)
+def test_bad_keras_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+    with pytest.raises(ValueError, match=r"in \[1, 2\] for inputs of rank 4"):
+        MultiHeadAttention(num_heads=2, key_dim=4, attention_axes=(3,))(X4)
+
+
+def test_output_shape_and_spec_with_cache_and_scores():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, output_shape=(2, 3))
+    query, cache = keras.KerasTensor((None, 1, 8)), keras.KerasTensor((None, 2, 9, 2, 4))
+    out, scores, new_cache = layer.compute_output_spec(
+        query, cache=cache, cache_update_index=0, return_attention_scores=True)
+    assert (out.shape, scores.shape, new_cache.shape) == (
+        (None, 1, 2, 3), (None, 2, 1, 9), (None, 2, 9, 2, 4))
+    symbolic = layer(keras.Input((None, 8)), keras.Input((6, 8)), return_attention_scores=True)
+    assert [tuple(x.shape) for x in symbolic] == [(None, None, 2, 3), (None, 2, None, 6)]
+
+
+def test_cross_attention_cache_with_other_encoder_width():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)  # d_dec = 8, d_enc = 6
+    expected = layer(X, ENC, padding_mask=VALUE_PADDING)
+    cache = layer.compute_cross_attention_cache(ENC)
+    out, _ = layer(X, cache=cache, padding_mask=VALUE_PADDING)
+    assert_same(out, expected)
+    spec, _ = layer.compute_output_spec(keras.KerasTensor((None, 1, 8)),
+                                        cache=keras.KerasTensor((None, 2, 7, 2, 4)))
+    assert spec.shape == (None, 1, 8)

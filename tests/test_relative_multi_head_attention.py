@@ -236,3 +236,16 @@ def test_call_errors():
         layer(X, memory=np.zeros((B, M, D + 2), "float32"))
     with pytest.raises(ValueError, match="padding_mask"):
         layer(X, memory=MEMORY, padding_mask=np.ones((B, M), bool))
+
+
+def test_symbolic_call_with_memory_and_scores():
+    layer = RelativeMultiHeadAttention(num_heads=2, key_dim=4, output_shape=6)
+    segment, memory = keras.Input((3, 8)), keras.Input((5, 8))
+    output, scores = layer(segment, memory=memory, return_attention_scores=True)
+    assert (tuple(output.shape), tuple(scores.shape)) == ((None, 3, 6), (None, 2, 3, 8))
+    model = keras.Model([segment, memory], [output, scores])
+    x, m = np.ones((1, 3, 8), "float32"), np.ones((1, 5, 8), "float32")
+    eager_output, eager_scores = layer(x, memory=m, return_attention_scores=True)
+    predicted = model.predict([x, m], verbose=0)
+    np.testing.assert_allclose(predicted[0], eager_output, atol=1e-6)
+    np.testing.assert_allclose(predicted[1], eager_scores, atol=1e-6)

@@ -14,6 +14,7 @@ Layers that first combine several padding masks of the same keys (an explicit
 from keras import ops
 
 from keras_attn.layers.validation import check_positive_int
+from keras_attn.layers.validation import check_rank
 
 
 def causal_mask(query_length, key_length, query_start_index=None):
@@ -79,35 +80,42 @@ def merge_attention_masks(
     - `query_mask` `(B, T)`: padded queries (Keras' implicit mask of the query). A fully
       masked query row produces a zero attention output, never NaN.
     - `key_mask` `(B, S)`: padded keys (`padding_mask`, Keras' implicit mask of the value).
-    - `attention_mask` `(B, T, S)` (or `(T, S)`): an explicit mask from the caller.
+    - `attention_mask` `(B, T, S)` (or `(T, S)`): an explicit mask from the caller; a
+      rank-4 `(B, H, T, S)` one masks each head separately, and the result is then rank 4.
     - `use_causal_mask`: `causal_mask(T, S, query_start_index)`.
     - `sliding_window`: `sliding_window_mask(T, S, window, query_start_index)`.
 
     Returns:
-        Boolean tensor broadcastable to `(B, T, S)`, or `None` when no source is given.
+        Boolean tensor broadcastable to `(B, T, S)` (`(B, H, T, S)` for a per-head
+        `attention_mask`), or `None` when no source is given.
     """
     sources = []
     if query_mask is not None:
-        _check_rank("query_mask", query_mask, (2,), "(batch, query_length)")
+        check_rank("query_mask", query_mask.shape, (2,), "(batch, query_length)")
         sources.append(ops.expand_dims(ops.cast(query_mask, "bool"), -1))  # (B, T, 1)
     if key_mask is not None:
-        _check_rank("padding_mask", key_mask, (2,), "(batch, key_length)")
+        check_rank("padding_mask", key_mask.shape, (2,), "(batch, key_length)")
         sources.append(ops.expand_dims(ops.cast(key_mask, "bool"), -2))  # (B, 1, S)
     if attention_mask is not None:
-        _check_rank(
-            "attention_mask", attention_mask, (2, 3), "(batch, query_length, key_length)"
+        check_rank(
+            "attention_mask", attention_mask.shape, (2, 3, 4),
+            "(batch, query_length, key_length) or per head (batch, num_heads, "
+            "query_length, key_length)",
         )
         attention_mask = ops.cast(attention_mask, "bool")
         if len(attention_mask.shape) == 2:
             attention_mask = ops.expand_dims(attention_mask, 0)  # (1, T, S)
-        sources.append(attention_mask)  # (B, T, S)
     if use_causal_mask:
         sources.append(causal_mask(query_length, key_length, query_start_index))  # (1, T, S)
     if sliding_window is not None:
         sources.append(
             sliding_window_mask(query_length, key_length, sliding_window, query_start_index)
         )  # (1, T, S)
-    return and_masks(*sources)  # (B, T, S) or None
+    if attention_mask is not None and len(attention_mask.shape) == 4:
+        sources = [ops.expand_dims(source, 1) for source in sources]  # (B, 1, T, S)
+    if attention_mask is not None:
+        sources.append(attention_mask)  # (B, T, S) or (B, H, T, S)
+    return and_masks(*sources)  # (B, T, S), (B, H, T, S) or None
 
 
 def and_masks(*masks):
@@ -146,12 +154,3 @@ def query_key_positions(query_length, key_length, query_start_index=None):
     row = ops.arange(query_length, dtype="int32")[:, None] + start  # (T, 1)
     col = ops.arange(key_length, dtype="int32")[None, :]  # (1, S)
     return row, col
-
-
-def _check_rank(name, mask, ranks, layout):
-    rank = len(mask.shape)
-    if rank not in ranks:
-        raise ValueError(
-            f"`{name}` must have rank {' or '.join(map(str, ranks))}, laid out as {layout}. "
-            f"Received: {name}.shape={tuple(mask.shape)}"
-        )

@@ -267,6 +267,20 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     def compute_mask(self, query, mask=None, **kwargs):
         return mask
 
+    def compute_output_spec(
+        self, query, memory=None, padding_mask=None, attention_mask=None,
+        use_causal_mask=False, return_attention_scores=False, training=None,
+        query_mask=None, mask=None,
+    ):
+        output = keras.KerasTensor(self.compute_output_shape(query.shape), self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        memory_length = 0 if memory is None else memory.shape[1]
+        lengths = (memory_length, query.shape[1])
+        key_length = None if None in lengths else sum(lengths)
+        scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
+        return output, keras.KerasTensor(scores_shape, self.compute_dtype)  # (B, H, T, M + T)
+
     def get_config(self):
         config = super().get_config()
         for name in _UNSUPPORTED:

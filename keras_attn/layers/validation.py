@@ -80,6 +80,54 @@ def check_number_above(name, value, bound, meaning=None):
         )
 
 
+def check_rank(name, shape, ranks, layout):
+    """Raises unless a tensor of `shape` has one of the `ranks`.
+
+    Args:
+        name: str, the argument name used in the message.
+        shape: the tensor's shape (a tuple; `None` for unknown sizes).
+        ranks: tuple of accepted ranks.
+        layout: str, the expected layout, e.g. `"(batch, query_length, key_length)"`.
+
+    Example:
+    >>> check_rank("mask", (2, 5), (3, 4), "(B, T, S)")
+    Traceback (most recent call last):
+    ...
+    ValueError: `mask` must have rank 3 or 4, laid out as (B, T, S). Received: mask.shape=(2, 5)
+    """
+    if len(shape) not in ranks:
+        raise ValueError(
+            f"`{name}` must have rank {' or '.join(map(str, ranks))}, laid out as {layout}. "
+            f"Received: {name}.shape={tuple(shape)}"
+        )
+
+
+def check_same_sizes(name, shape, other_name, other_shape, axes, meaning):
+    """Raises unless two shapes have equal sizes on `axes` (an unknown size matches any).
+
+    Args:
+        name, other_name: str, the argument names used in the message.
+        shape, other_shape: the two shapes (tuples; `None` for unknown sizes).
+        axes: iterable of axis indices compared in both shapes.
+        meaning: str, why they must agree, added to the message.
+
+    Example:
+    >>> try:
+    ...     check_same_sizes("k", (4,), "v", (5,), [0], "pairs")
+    ... except ValueError as error:
+    ...     print(error)
+    `k` and `v` must have the same sizes on axes [0] (pairs). Received: k.shape=(4,), v.shape=(5,)
+    """
+    for axis in axes:
+        size, other = shape[axis], other_shape[axis]
+        if size is not None and other is not None and size != other:
+            raise ValueError(
+                f"`{name}` and `{other_name}` must have the same sizes on axes "
+                f"{list(axes)} ({meaning}). Received: {name}.shape={tuple(shape)}, "
+                f"{other_name}.shape={tuple(other_shape)}"
+            )
+
+
 def clone_initializer(initializer):
     """A fresh copy of a Keras initializer, to give to one weight or sublayer."""
     # Keras 3 initializers fix their random seed when they are constructed (drawing one
