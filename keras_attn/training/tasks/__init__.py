@@ -6,6 +6,7 @@ from keras_attn.training.tasks.masked_lm_task import MaskedLMTask
 from keras_attn.training.tasks.ner_task import NerTask
 from keras_attn.training.tasks.seq2seq_task import Seq2SeqTask
 from keras_attn.training.tasks.task import Task
+from keras_attn.training.tasks.transformer_xl_task import TransformerXLTask
 
 TASKS = {
     "classification": ClassificationTask,
@@ -13,6 +14,7 @@ TASKS = {
     "mlm": MaskedLMTask,
     "causal_lm": CausalLMTask,
     "seq2seq": Seq2SeqTask,
+    "transformer_xl_lm": TransformerXLTask,
 }
 
 
@@ -29,5 +31,6 @@ __all__ = [
     "Seq2SeqTask",
     "TASKS",
     "Task",
+    "TransformerXLTask",
     "make_task",
 ]
