@@ -145,3 +145,29 @@ def test_character_causal_lm_with_auxiliary_losses(tmp_path):
 def test_config_errors(tmp_path, task, model, match):
     with pytest.raises(ConfigError, match=match):
         config(tmp_path, task=task, model=model)
+
+
+@pytest.mark.slow
+def test_mirrored_replicas_carry_their_own_streams(tmp_path):
+    # Each replica keeps the memory of the rows (streams) it reads; without dropout two
+    # replicas train the same weights as one device reading all four streams.
+    from tests.test_trainer import WEIGHT_TOLERANCE
+    from tests.test_trainer import finish
+    from tests.test_trainer import load_weights
+    from tests.test_trainer import run_subprocess
+
+    values = config(tmp_path, train={"max_steps": 6, "deterministic": True}).to_dict()
+    one = run_subprocess(tmp_path, "one", {**values, "output_dir": str(tmp_path / "one")})
+    two = run_subprocess(tmp_path, "two", {**values, "output_dir": str(tmp_path / "two"),
+                                           "distribute": {"strategy": "mirrored",
+                                                          "logical_cpu_devices": 2}})
+    for process in (one, two):
+        code, output = finish(process)
+        assert code == 0, output
+    assert "MirroredStrategy over 2 local devices" in output
+    single, mirrored = load_weights(tmp_path / "one.npz"), load_weights(tmp_path / "two.npz")
+    assert len(single) == len(mirrored)
+    memories = [i for i, (a, b) in enumerate(zip(single, mirrored)) if a.shape != b.shape]
+    assert len(memories) == 2  # the memory and its mask: 4 rows on one device, 2 per replica
+    assert max(float(np.abs(a - b).max()) for i, (a, b) in enumerate(zip(single, mirrored))
+               if i not in memories) < WEIGHT_TOLERANCE
