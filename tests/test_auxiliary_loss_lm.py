@@ -43,7 +43,7 @@ def numpy_ce(logits, targets):
     return log_z - np.take_along_axis(logits, targets[..., None], -1)[..., 0]
 
 
-@pytest.mark.parametrize("step", [0, 3, 5, 9])
+@pytest.mark.parametrize("step", [0, 3, 5])  # both layers, layer 2 only, none
 def test_loss_against_numpy(step):
     total_updates = 12  # L = 3: layer 1 counts below step 2, layer 2 below step 4
     model = AuxiliaryLossLM(tiny_lm(), intermediate_layer_losses=True, future_targets=2,

@@ -112,6 +112,7 @@ def test_evaluations_against_a_full_causal_pass():
     np.testing.assert_allclose(nll, expected, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_trains_resumes_and_saves_the_plain_model(tmp_path):
     results = train(config(tmp_path, train={"max_steps": 3, "checkpoint_every_steps": 2}))
     assert results["test"]["bits_per_character"] > 0
@@ -125,6 +126,7 @@ def test_trains_resumes_and_saves_the_plain_model(tmp_path):
         "characters"
 
 
+@pytest.mark.slow
 def test_character_causal_lm_with_auxiliary_losses(tmp_path):
     results = train(config(
         tmp_path, task="causal_lm",
