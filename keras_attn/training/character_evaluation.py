@@ -8,7 +8,8 @@
   (one forward pass of `T` tokens per `T` characters).
 
 Both return the summed negative log-likelihood in nats, the number of scored characters
-and the seconds spent; `bits_per_character(nll, count) = nll / (count ln 2)`.
+and the seconds spent (after one warm-up call per input shape, so tracing is not timed);
+`bits_per_character(nll, count) = nll / (count ln 2)`.
 """
 
 import math
@@ -62,12 +63,16 @@ def sliding_window_nll(model, ids, context, batch_size=64, limit=None):
         return keras.ops.convert_to_numpy(forward(
             {"token_ids": windows, "padding_mask": np.ones_like(windows)}))
 
-    started = time.perf_counter()
     head = ids[: min(context, len(ids) - 1)][None]  # (1, L)
+    windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], context)[1:]  # (N, L)
+    starts = list(range(0, len(windows), batch_size))
+    for warm_up in [head] + [np.ascontiguousarray(windows[s: s + batch_size])
+                             for s in starts[:1] + starts[-1:]]:
+        logits(warm_up)
+    started = time.perf_counter()
     nll = _nll(logits(head)[0], ids[1: head.shape[1] + 1])
     count = head.shape[1]
-    windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], context)[1:]  # (N, L)
-    for start in range(0, len(windows), batch_size):
+    for start in starts:
         batch = np.ascontiguousarray(windows[start: start + batch_size])
         targets = ids[context + 1 + start: context + 1 + start + len(batch)]
         nll += _nll(logits(batch)[:, -1], targets)
@@ -88,6 +93,8 @@ def segment_memory_nll(lm, ids, segment_length, memory_length, limit=None):
     forward = tf.function(lambda x: lm(x, training=False), reduce_retracing=True)
     state = lm.initial_memory(1, memory_length)
     inputs, targets = ids[:-1], ids[1:]
+    for start in {0, (len(inputs) - 1) // segment_length * segment_length}:  # warm-up
+        forward({"token_ids": inputs[start: start + segment_length][None], **state})
     started = time.perf_counter()
     nll = 0.0
     for start in range(0, len(inputs), segment_length):
