@@ -37,6 +37,15 @@ def _nll(logits, targets):
     return float((log_z - logits[np.arange(len(targets)), targets]).sum())
 
 
+def _text_and_forward(model, ids, limit):
+    """The int32 ids to score (the first `limit` + 1 when given) and the model's inference
+    call as a `tf.function`."""
+    ids = np.asarray(ids, "int32")
+    if limit is not None:
+        ids = ids[: limit + 1]
+    return ids, tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+
+
 def sliding_window_nll(model, ids, context, batch_size=64, limit=None):
     """Scores `ids[1:]` with a window of at most `context` previous ids per character.
 
@@ -54,10 +63,7 @@ def sliding_window_nll(model, ids, context, batch_size=64, limit=None):
     Returns:
         `(nll, count, seconds)`.
     """
-    ids = np.asarray(ids, "int32")
-    if limit is not None:
-        ids = ids[: limit + 1]
-    forward = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+    ids, forward = _text_and_forward(model, ids, limit)
 
     def logits(windows):
         return keras.ops.convert_to_numpy(forward(
@@ -87,10 +93,7 @@ def segment_memory_nll(lm, ids, segment_length, memory_length, limit=None):
     Returns:
         `(nll, count, seconds)`.
     """
-    ids = np.asarray(ids, "int32")
-    if limit is not None:
-        ids = ids[: limit + 1]
-    forward = tf.function(lambda x: lm(x, training=False), reduce_retracing=True)
+    ids, forward = _text_and_forward(lm, ids, limit)
     state = lm.initial_memory(1, memory_length)
     inputs, targets = ids[:-1], ids[1:]
     for start in {0, (len(inputs) - 1) // segment_length * segment_length}:  # warm-up
