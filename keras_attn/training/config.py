@@ -4,7 +4,7 @@ A config has five sections. Every key has a default except `task` and `data.trai
 unknown key, a wrong type or an impossible value raises a `ConfigError` that names the key,
 the file and what would be accepted, before anything is trained.
 
-    task: classification          # classification | ner | mlm | causal_lm | seq2seq | ...
+    task: classification          # classification | ner | mlm | causal_lm | seq2seq
     output_dir: runs/sst2         # checkpoints, TensorBoard logs, metrics.json, the model
     data:   {train: ..., dev: ..., test: ..., max_length: 128, ...}
     model:  {preset: bert_tiny | checkpoint: minilm | <HF dir>, ...}

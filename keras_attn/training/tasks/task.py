@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.training.batch_stream import BatchStream
 
 PAD_MULTIPLE = 8
 # Tasks that can fine-tune the encoder of an `mlm` run (`model.checkpoint: <run dir>`).
@@ -87,8 +88,6 @@ class Task(abc.ABC):
     def batch_stream(self, global_batch_size, seed, accumulation_steps, bucket_by_length):
         """The `BatchStream` of the training examples (a task reading its data in a fixed
         order returns its own)."""
-        from keras_attn.training.batch_stream import BatchStream
-
         return BatchStream(self.train_examples, self.collate,
                            self.lengths(self.train_examples), global_batch_size, seed=seed,
                            accumulation_steps=accumulation_steps,
