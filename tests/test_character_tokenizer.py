@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from keras_attn.text.character_tokenizer import CharacterTokenizer
+from keras_attn.text.errors import DataError
+from keras_attn.training.tasks.causal_lm_task import read_character_text
 
 
 def test_characters_sorted_after_pad_and_unknown():
@@ -50,3 +52,15 @@ def test_errors(tmp_path):
     (tmp_path / "characters.json").write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(ValueError, match="not a character vocabulary"):
         CharacterTokenizer.load(tmp_path)
+
+
+def test_character_text_keeps_layout_and_reports_bad_files(tmp_path):
+    path = tmp_path / "play.txt"
+    path.write_bytes(b"ACT I.\n\n  Enter Ghost.   \r\n")
+    assert read_character_text(path) == "ACT I.\n\n  Enter Ghost.\n"
+    path.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"play.txt:1: the file holds no text"):
+        read_character_text(path)
+    path.write_bytes(b"fine\n\xff bad\n")  # the WordPiece path's reader and error
+    with pytest.raises(DataError, match=r"play.txt:2: invalid UTF-8"):
+        read_character_text(path)

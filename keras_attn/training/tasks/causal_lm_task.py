@@ -38,7 +38,7 @@ def read_character_text(path):
     lines = [line.rstrip() for _, line in read_lines(path)]
     if not any(lines):
         raise DataError(path, 1, "the file holds no text (only blank lines); give the text "
-                                 "to model.")
+                                 "the model should learn, as plain UTF-8 lines.")
     return "\n".join(lines) + "\n"
 
 
