@@ -173,3 +173,38 @@ def test_mirrored_replicas_carry_their_own_streams(tmp_path):
     assert len(memories) == 2  # the memory and its mask: 4 rows on one device, 2 per replica
     assert max(float(np.abs(a - b).max()) for i, (a, b) in enumerate(zip(single, mirrored))
                if i not in memories) < WEIGHT_TOLERANCE
+
+
+@pytest.mark.slow
+def test_two_workers_carry_their_own_streams(tmp_path):
+    # MultiWorkerMirroredStrategy (the loop runner): both workers end with the same weights,
+    # and they equal one process reading all four streams.
+    from tests.test_trainer import WEIGHT_TOLERANCE
+    from tests.test_trainer import finish
+    from tests.test_trainer import free_ports
+    from tests.test_trainer import load_weights
+    from tests.test_trainer import run_subprocess
+
+    values = config(tmp_path, train={"max_steps": 4, "deterministic": True,
+                                     "runner": "loop"}).to_dict()
+    values["data"].update(dev=None, test=None)
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    processes = [run_subprocess(tmp_path, "single",
+                                {**values, "output_dir": str(tmp_path / "single")})]
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(run_subprocess(
+            tmp_path, f"worker{index}", {**values, "output_dir": str(tmp_path / "multi"),
+                                         "distribute": {"strategy": "multi_worker"}},
+            env={"TF_CONFIG": json.dumps(tf_config)}))
+    results = [finish(process, timeout=300) for process in processes]
+    assert [code for code, _ in results] == [0, 0, 0], "\n".join(
+        output[-3000:] for _, output in results)
+    single, *workers_weights = (load_weights(tmp_path / f"{name}.npz")
+                                for name in ("single", "worker0", "worker1"))
+    trained = [i for i, (a, b) in enumerate(zip(single, workers_weights[0]))
+               if a.shape == b.shape]
+    assert len(trained) == len(single) - 2  # all but the per-replica memory and mask
+    for i in trained:
+        np.testing.assert_array_equal(workers_weights[0][i], workers_weights[1][i])
+        assert float(np.abs(single[i] - workers_weights[0][i]).max()) < WEIGHT_TOLERANCE

@@ -48,7 +48,9 @@ class MemoryCarryingLM(keras.Model):
 
     The `(B_replica, L, M, d)` memory and its `(B_replica, M)` mask live in non-trainable
     variables, one copy per replica (`synchronization="on_read"`: replica `r` keeps the
-    memory of the streams it reads). A training call reads them, zeroes the mask of the rows
+    memory of the streams it reads; a read outside the replicas, as by the chief's checkpoint,
+    returns the first replica's copy without a collective, which with `aggregation="mean"`
+    the other workers never joined). A training call reads them, zeroes the mask of the rows
     whose `reset` is 1 (a masked memory is exactly no memory), runs the model and stores the
     new memory, which carries no gradient (`TransformerXLLM` stops it). Inference calls
     leave the memory alone.
@@ -59,11 +61,11 @@ class MemoryCarryingLM(keras.Model):
         self.lm = lm
         shape = (batch_size, lm.num_layers, memory_length, lm.hidden_dim)
         self.memory = keras.Variable(np.zeros(shape, "float32"), trainable=False,
-                                     synchronization="on_read", aggregation="mean",
-                                     name="memory")
+                                     synchronization="on_read",
+                                     aggregation="only_first_replica", name="memory")
         self.memory_mask = keras.Variable(np.zeros((batch_size, memory_length), "float32"),
                                           trainable=False, synchronization="on_read",
-                                          aggregation="mean", name="memory_mask")
+                                          aggregation="only_first_replica", name="memory_mask")
         self({"token_ids": np.ones(shape[:1] + (1,), "int32"),
               "reset": np.ones(shape[:1], "int32")})
 
