@@ -275,6 +275,31 @@ def plot_xlnet_streams(path):
     plt.close(fig)
 
 
+# === Figure of docs/training.md (character-level language models) ===
+
+def plot_auxiliary_loss_schedule(path, num_layers=8):
+    """Weight of each intermediate-layer loss over training (Al-Rfou et al., 2018, §3.2):
+    layer l counts until l / (2L) of training."""
+    from keras_attn.models.auxiliary_loss_lm import intermediate_loss_weights
+
+    plt = _pyplot()
+    progress = np.linspace(0.0, 1.0, 401)
+    weights = np.stack([intermediate_loss_weights(p, num_layers) for p in progress])  # (P, L-1)
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for layer in range(num_layers - 1):
+        ax.step(progress, weights[:, layer] * 0.9 + layer, where="post",
+                label=f"layer {layer + 1}")
+        ax.axvline((layer + 1) / (2 * num_layers), color="#dddddd", linewidth=0.8, zorder=0)
+    ax.set_yticks(np.arange(num_layers - 1) + 0.45)
+    ax.set_yticklabels([f"layer {i + 1}" for i in range(num_layers - 1)])
+    ax.set_xlabel("share of training done (update / total updates)")
+    ax.set_title(f"Intermediate-layer losses of an L={num_layers} model: layer l counts "
+                 "(high) until l/(2L), then stops", fontsize=9)
+    ax.set_xlim(0, 1)
+    fig.savefig(path, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+
+
 def concept_figures(images=IMAGES):
     """The figures of docs/concepts.md (MiniLM attention, masks, blocks, Transformer-XL)."""
     tokens, maps = _minilm_attention(SENTENCE)
@@ -290,6 +315,7 @@ def concept_figures(images=IMAGES):
 def main():
     IMAGES.mkdir(exist_ok=True)
     plot_position_encoding(IMAGES / "sinusoidal_position_encoding.png", length=64, dim=128)
+    plot_auxiliary_loss_schedule(IMAGES / "auxiliary_loss_schedule.png")
     concept_figures()
 
 

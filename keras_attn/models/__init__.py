@@ -1,5 +1,6 @@
 """keras-attn models: functional backbones and the task models built on them."""
 
+from keras_attn.models.auxiliary_loss_lm import AuxiliaryLossLM
 from keras_attn.models.bert_backbone import BERT_PRESETS
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import bert_parameter_count
@@ -33,6 +34,7 @@ __all__ = [
     "GPT_PRESETS",
     "SEQ2SEQ_TRANSFORMER_PRESETS",
     "TRANSFORMER_XL_PRESETS",
+    "AuxiliaryLossLM",
     "BertBackbone",
     "BertClassifier",
     "BertMaskedLM",

@@ -1,5 +1,6 @@
 import keras
 
+from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.validation import check_number_above
@@ -65,6 +66,10 @@ class GPTBackbone(keras.Model):
             residual branches. Defaults to `0.1`.
         activation: feed-forward activation. Defaults to `"gelu_approximate"` (GPT-2's).
         layer_norm_epsilon: float > 0. Defaults to `1e-5` (GPT-2's).
+        layer_position_embeddings: bool, add a learned position embedding of its own to
+            the input of every block, `h_{l-1} + P_l[t]` (Al-Rfou et al., 2018, §3: deep
+            character Transformers keep the position signal this way). Layers
+            `layer_position_embedding_{i}`. Defaults to `False`.
         dtype: dtype policy of the layers. Defaults to the global policy.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
@@ -96,6 +101,7 @@ class GPTBackbone(keras.Model):
         dropout=0.1,
         activation="gelu_approximate",
         layer_norm_epsilon=1e-5,
+        layer_position_embeddings=False,
         dtype=None,
         **kwargs,
     ):
@@ -126,12 +132,19 @@ class GPTBackbone(keras.Model):
         final_layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="final_layer_norm"
         )
+        layer_positions = [
+            PositionEmbedding(max_sequence_length, initializer=gpt_kernel_initializer(),
+                              dtype=dtype, name=f"layer_position_embedding_{i}")
+            for i in range(num_layers)
+        ] if layer_position_embeddings else []
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
         x = embeddings_dropout(embeddings(token_ids))  # (B, T, H)
-        for block in blocks:
+        for i, block in enumerate(blocks):
+            if layer_positions:
+                x = x + layer_positions[i](x)  # (B, T, H), P_l[t] added
             x = block(x, decoder_padding_mask=padding_mask)  # (B, T, H), causal
         x = final_layer_norm(x)  # (B, T, H)
         super().__init__(
@@ -151,6 +164,7 @@ class GPTBackbone(keras.Model):
         self.dropout = dropout
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.layer_position_embeddings = layer_position_embeddings
 
     @property
     def token_embedding(self):
@@ -192,6 +206,7 @@ class GPTBackbone(keras.Model):
             "dropout": self.dropout,
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "layer_position_embeddings": self.layer_position_embeddings,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
 

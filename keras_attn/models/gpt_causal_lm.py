@@ -117,6 +117,9 @@ class GPTCausalLM(keras.Model):
         x = b.get_layer("embeddings")(token_ids, start_index=cache_update_index)  # (B, t, H)
         layer_caches = []
         for i, block in enumerate(b.transformer_layers):
+            if b.layer_position_embeddings:  # P_l[t] of these positions, as in `call`
+                x = x + b.get_layer(f"layer_position_embedding_{i}")(
+                    x, start_index=cache_update_index)  # (B, t, H)
             x, layer_cache = block(
                 x, self_attention_cache=cache[:, i],
                 self_attention_cache_update_index=cache_update_index,

@@ -22,11 +22,14 @@ import pathlib
 
 import yaml
 
-TASKS = ("classification", "ner", "mlm", "causal_lm", "seq2seq", "permutation_lm")
+TASKS = ("classification", "ner", "mlm", "causal_lm", "seq2seq", "permutation_lm",
+         "transformer_xl_lm")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 DECAYS = ("linear", "cosine", "constant")
 PRECISIONS = (None, "float32", "mixed_bfloat16", "mixed_float16")
 RUNNERS = ("auto", "fit", "loop")
+TOKENIZERS = ("wordpiece", "characters", "bytes")
+CHARACTER_LM_TASKS = ("causal_lm", "transformer_xl_lm")
 
 _REQUIRED = object()
 _ANY = object()
@@ -100,6 +103,9 @@ SCHEMA = {
                           help="mlm: share of tokens selected for prediction; "
                                "permutation_lm: predicted share 1/K of each order"),
         "next_sentence_prediction": _key(False, bool, help="mlm: add the NSP head and pairs"),
+        "eval_memory_length": _key(None, int, None, minimum=0,
+                                   help="transformer_xl_lm: memory when evaluating; defaults "
+                                        "to the training memory"),
         "dupe_factor": _key(1, int, minimum=1, maximum=100,
                             help="mlm: masked copies of every training sequence"),
     },
@@ -127,6 +133,19 @@ SCHEMA = {
             help="float_residual: keep this many widest feed-forward channels of each block "
                  "in float"),
         "overrides": _key({}, dict, help="backbone arguments replacing the preset's"),
+        "tokenizer": _key("wordpiece", str, choices=TOKENIZERS,
+                          help="language models: wordpiece, characters (of data.train, plus "
+                               "[UNK]) or bytes (UTF-8)"),
+        "intermediate_layer_losses": _key(False, bool,
+                                          help="causal_lm: a next-token loss after each of "
+                                               "the first L-1 layers, fading out at l/(2L) "
+                                               "of training (Al-Rfou et al.)"),
+        "future_targets": _key(0, int, minimum=0, maximum=8,
+                               help="causal_lm: extra future tokens predicted per position, "
+                                    "each loss weighted 0.5 (Al-Rfou et al.)"),
+        "memory_length": _key(None, int, None, minimum=0,
+                              help="transformer_xl_lm: training memory; defaults to "
+                                   "data.max_length"),
     },
     "train": {
         "epochs": _key(3, int, minimum=1, help="passes over the training data"),
@@ -391,9 +410,22 @@ class TrainingConfig:
         if self.model.use_crf and self.task != "ner":
             raise ConfigError(f"`model.use_crf` is for task 'ner'. Received: task={self.task!r}",
                               self.source)
+        self._check_language_model_keys()
         if self.distribute.strategy == "tpu" and self.train.mixed_precision == "mixed_float16":
             raise ConfigError("TPUs train in bfloat16: use train.mixed_precision=mixed_bfloat16.",
                               self.source)
+
+    def _check_language_model_keys(self):
+        model = self.model
+        if model.tokenizer != "wordpiece" and self.task not in CHARACTER_LM_TASKS:
+            raise ConfigError(f"`model.tokenizer: {model.tokenizer}` is for the language-model "
+                              f"tasks {list(CHARACTER_LM_TASKS)}. Received: task={self.task!r}",
+                              self.source)
+        if (model.intermediate_layer_losses or model.future_targets) and \
+                self.task != "causal_lm":
+            raise ConfigError("`model.intermediate_layer_losses` and `model.future_targets` "
+                              "are auxiliary losses of task 'causal_lm'. Received: "
+                              f"task={self.task!r}", self.source)
 
     def to_dict(self):
         return {

@@ -12,7 +12,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.training.batch_stream import BatchStream
 from keras_attn.training.config import ConfigError
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.progress_reporter import ProgressReporter
@@ -181,17 +180,16 @@ class Trainer:
         task.prepare()
         if self.chief:
             task.save_assets(self.output_dir)
-        stream = BatchStream(
-            task.train_examples, task.collate, task.lengths(task.train_examples), global_batch,
-            seed=train.seed, accumulation_steps=train.gradient_accumulation_steps,
-            bucket_by_length=train.bucket_by_length,
-        )
+        stream = task.batch_stream(global_batch, seed=train.seed,
+                                   accumulation_steps=train.gradient_accumulation_steps,
+                                   bucket_by_length=train.bucket_by_length)
         steps_per_epoch = stream.steps_per_epoch
         total_steps = steps_per_epoch * train.epochs
         if train.max_steps is not None:
             total_steps = min(total_steps, train.max_steps * train.gradient_accumulation_steps)
         updates = total_steps // train.gradient_accumulation_steps
 
+        task.total_updates = updates
         with strategy.scope():
             keras.utils.set_random_seed(train.seed)
             model = task.build_model()
@@ -350,8 +348,9 @@ class Trainer:
         if self.chief:
             # For inference and export: the architecture and best weights, not compiled (the
             # optimizer state lives in checkpoints/; loading needs no training classes).
-            inference = model.__class__.from_config(model.get_config())
-            inference.set_weights(model.get_weights())
+            trained = task.inference_model(model)
+            inference = trained.__class__.from_config(trained.get_config())
+            inference.set_weights(trained.get_weights())
             inference.save(self.output_dir / "model.keras")
             (self.output_dir / "metrics.json").write_text(
                 json.dumps(results, indent=1, default=float), encoding="utf-8")

@@ -7,6 +7,7 @@ from keras_attn.training.tasks.ner_task import NerTask
 from keras_attn.training.tasks.permutation_lm_task import PermutationLMTask
 from keras_attn.training.tasks.seq2seq_task import Seq2SeqTask
 from keras_attn.training.tasks.task import Task
+from keras_attn.training.tasks.transformer_xl_task import TransformerXLTask
 
 TASKS = {
     "classification": ClassificationTask,
@@ -15,6 +16,7 @@ TASKS = {
     "causal_lm": CausalLMTask,
     "seq2seq": Seq2SeqTask,
     "permutation_lm": PermutationLMTask,
+    "transformer_xl_lm": TransformerXLTask,
 }
 
 
@@ -32,5 +34,6 @@ __all__ = [
     "Seq2SeqTask",
     "TASKS",
     "Task",
+    "TransformerXLTask",
     "make_task",
 ]

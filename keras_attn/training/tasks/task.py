@@ -11,6 +11,7 @@ import numpy as np
 
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.xlnet_backbone import XLNetBackbone
+from keras_attn.training.batch_stream import BatchStream
 
 PAD_MULTIPLE = 8
 # Tasks that can fine-tune the encoder of an `mlm` run (`model.checkpoint: <run dir>`).
@@ -86,6 +87,19 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def build_model(self):
         """The task model (called inside the strategy scope)."""
+
+    def batch_stream(self, global_batch_size, seed, accumulation_steps, bucket_by_length):
+        """The `BatchStream` of the training examples (a task reading its data in a fixed
+        order returns its own)."""
+        return BatchStream(self.train_examples, self.collate,
+                           self.lengths(self.train_examples), global_batch_size, seed=seed,
+                           accumulation_steps=accumulation_steps,
+                           bucket_by_length=bucket_by_length)
+
+    def inference_model(self, model):
+        """The model to save and export from the trained `model` (a task may train a
+        wrapper with training-only heads around it)."""
+        return model
 
     @abc.abstractmethod
     def loss(self):
