@@ -200,7 +200,8 @@ def test_task_type_and_choice():
     with pytest.raises(ConfigError, match=r"`task` must be str .*Received: task=None"):
         TrainingConfig.from_dict(minimal(task=None))
     with pytest.raises(ConfigError, match=re.escape(
-            "`task` must be one of ['classification', 'ner', 'mlm', 'causal_lm', 'seq2seq']. "
+            "`task` must be one of ['classification', 'ner', 'mlm', 'causal_lm', 'seq2seq', "
+            "'permutation_lm', 'transformer_xl_lm']. "
             "Received: task='regression'")):
         TrainingConfig.from_dict(minimal(task="regression"))
 
