@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.models.gpt_causal_lm import GPTCausalLM
+from keras_attn.models.model_config import ModelConfig
 
 FUTURE_TARGET_WEIGHT = 0.5
 
@@ -23,7 +24,7 @@ def intermediate_loss_weights(progress, num_layers):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class AuxiliaryLossLM(keras.Model):
+class AuxiliaryLossLM(ModelConfig, keras.Model):
     """Training wrapper adding the auxiliary losses of Al-Rfou et al. (2018),
     "Character-Level Language Modeling with Deeper Self-Attention", §3.2, to a
     `GPTCausalLM`:
@@ -148,19 +149,3 @@ class AuxiliaryLossLM(keras.Model):
         for loss in self.losses:
             total = total + ops.cast(loss, "float32")
         return total
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "lm": keras.saving.serialize_keras_object(self.lm),
-            "intermediate_layer_losses": self.intermediate_layer_losses,
-            "future_targets": self.future_targets,
-            "total_updates": self.total_updates,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["lm"] = keras.saving.deserialize_keras_object(config["lm"])
-        return cls(**config)

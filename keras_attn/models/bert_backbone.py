@@ -7,6 +7,7 @@ from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_arguments import preset_arguments
+from keras_attn.models.model_config import ModelConfig
 
 # Architectures of the published BERT family (weights are imported separately, see
 # `keras_attn.checkpoints`). Sizes from Devlin et al. (2019) for base/large, Turc et al.
@@ -31,7 +32,7 @@ def bert_kernel_initializer():
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertBackbone(keras.Model):
+class BertBackbone(ModelConfig, keras.Model):
     """BERT encoder (Devlin et al., 2019, "BERT: Pre-training of Deep Bidirectional
     Transformers for Language Understanding", §3 and Fig. 2).
 
@@ -208,32 +209,6 @@ class BertBackbone(keras.Model):
         arguments = preset_arguments(BERT_PRESETS, name, "BERT")
         return cls(**{**arguments, **overrides})
 
-    def get_config(self):
-        # The functional graph is rebuilt by __init__; only the arguments are stored.
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "max_sequence_length": self.max_sequence_length,
-            "num_segments": self.num_segments,
-            "dropout": self.dropout,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "fused_qkv": self.fused_qkv,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
-
 
 def bert_parameter_count(
     vocabulary_size, num_layers, hidden_dim, intermediate_dim, num_heads=None,
@@ -266,11 +241,3 @@ def check_bert_backbone(backbone):
             "BertBackbone.from_preset(...) or keras_attn.checkpoints.load_hf_bert(...)). "
             f"Received: backbone={backbone!r}"
         )
-
-
-def deserialize_backbone(config):
-    """Task-model `from_config` helper: the backbone entry back into a `BertBackbone`."""
-    config = dict(config)
-    if isinstance(config.get("backbone"), dict):
-        config["backbone"] = keras.layers.deserialize(config["backbone"])
-    return config

@@ -5,11 +5,11 @@ from keras_attn.layers.validation import check_rate
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import bert_kernel_initializer
 from keras_attn.models.bert_backbone import check_bert_backbone
-from keras_attn.models.bert_backbone import deserialize_backbone
+from keras_attn.models.model_config import ModelConfig
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertClassifier(keras.Model):
+class BertClassifier(ModelConfig, keras.Model):
     """Sequence classification with BERT (Devlin et al., 2019, §4.1, GLUE).
 
         logits = W Dropout(pooled_output) + b,   pooled_output = tanh(W_p h_[CLS] + b_p)
@@ -71,16 +71,3 @@ class BertClassifier(keras.Model):
         """A classifier on `BertBackbone.from_preset(name, **backbone_overrides)`."""
         return cls(BertBackbone.from_preset(name, **backbone_overrides),
                    num_classes=num_classes, dropout=dropout)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-            "num_classes": self.num_classes,
-            "dropout": self.dropout,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**deserialize_backbone(config))

@@ -2,12 +2,12 @@ import keras
 
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import check_bert_backbone
-from keras_attn.models.bert_backbone import deserialize_backbone
 from keras_attn.models.masked_lm_head import MaskedLMHead
+from keras_attn.models.model_config import ModelConfig
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertMaskedLM(keras.Model):
+class BertMaskedLM(ModelConfig, keras.Model):
     """BERT with its masked-language-model head (Devlin et al., 2019, §3.1, Task #1).
 
         logits[b, p] = MaskedLMHead(sequence_output)[b, mask_positions[b, p]]   (B, P, V)
@@ -77,14 +77,3 @@ class BertMaskedLM(keras.Model):
     def from_preset(cls, name, **backbone_overrides):
         """A masked LM on `BertBackbone.from_preset(name, **backbone_overrides)`."""
         return cls(BertBackbone.from_preset(name, **backbone_overrides))
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**deserialize_backbone(config))

@@ -4,14 +4,14 @@ from keras import ops
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import bert_kernel_initializer
 from keras_attn.models.bert_backbone import check_bert_backbone
-from keras_attn.models.bert_backbone import deserialize_backbone
 from keras_attn.models.masked_lm_head import MaskedLMHead
+from keras_attn.models.model_config import ModelConfig
 
 TARGET_KEYS = ("mask_ids", "mask_weights", "next_sentence_labels")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertPretrainer(keras.Model):
+class BertPretrainer(ModelConfig, keras.Model):
     """BERT pretraining: masked LM + next-sentence prediction (Devlin et al., 2019, §3.1).
 
         L = L_MLM + L_NSP
@@ -128,14 +128,3 @@ class BertPretrainer(keras.Model):
     def from_preset(cls, name, **backbone_overrides):
         """A pretrainer on `BertBackbone.from_preset(name, **backbone_overrides)`."""
         return cls(BertBackbone.from_preset(name, **backbone_overrides))
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**deserialize_backbone(config))

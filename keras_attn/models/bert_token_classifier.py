@@ -7,13 +7,13 @@ from keras_attn.layers.validation import check_rate
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import bert_kernel_initializer
 from keras_attn.models.bert_backbone import check_bert_backbone
-from keras_attn.models.bert_backbone import deserialize_backbone
+from keras_attn.models.model_config import ModelConfig
 
 IGNORE_INDEX = -100
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertTokenClassifier(keras.Model):
+class BertTokenClassifier(ModelConfig, keras.Model):
     """Token classification (NER) with BERT (Devlin et al., 2019, §5.3, CoNLL-2003).
 
         logits_t = W Dropout(h_t) + b                       (B, T, num_labels)
@@ -133,17 +133,3 @@ class BertTokenClassifier(keras.Model):
         """A tagger on `BertBackbone.from_preset(name, **backbone_overrides)`."""
         return cls(BertBackbone.from_preset(name, **backbone_overrides),
                    num_labels=num_labels, dropout=dropout, use_crf=use_crf)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-            "num_labels": self.num_labels,
-            "dropout": self.dropout,
-            "use_crf": self.use_crf,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**deserialize_backbone(config))

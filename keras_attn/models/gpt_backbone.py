@@ -8,6 +8,7 @@ from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_arguments import preset_arguments
+from keras_attn.models.model_config import ModelConfig
 
 # Architectures of the published GPT-2 family (Radford et al., 2019, Table 2, with the
 # widths of OpenAI's released checkpoints: 768 / 1024 / 1280 / 1600). `gpt2_tiny` is the
@@ -34,7 +35,7 @@ def gpt_kernel_initializer():
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class GPTBackbone(keras.Model):
+class GPTBackbone(ModelConfig, keras.Model):
     """GPT-2 decoder-only Transformer (Radford et al., 2019, "Language Models are
     Unsupervised Multitask Learners", §2.3; GPT: Radford et al., 2018).
 
@@ -191,31 +192,6 @@ class GPTBackbone(keras.Model):
         """
         arguments = preset_arguments(GPT_PRESETS, name, "GPT")
         return cls(**{**arguments, **overrides})
-
-    def get_config(self):
-        # The functional graph is rebuilt by __init__; only the arguments are stored.
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "max_sequence_length": self.max_sequence_length,
-            "dropout": self.dropout,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "layer_position_embeddings": self.layer_position_embeddings,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
 
 
 def gpt_parameter_count(

@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_attn import generation
 from keras_attn.models.gpt_backbone import GPTBackbone
+from keras_attn.models.model_config import ModelConfig
 
 
 class TiedEmbeddingLogits(keras.layers.Layer):
@@ -26,7 +27,7 @@ class TiedEmbeddingLogits(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class GPTCausalLM(keras.Model):
+class GPTCausalLM(ModelConfig, keras.Model):
     """GPT-2 language model: a `GPTBackbone` and the tied output projection, plus cached
     decoding (greedy, sampling, beam search).
 
@@ -212,18 +213,3 @@ class GPTCausalLM(keras.Model):
                 f"`{name}` must be in [1, max_sequence_length={limit}]: the model has "
                 f"learned positions 0..{limit - 1} only. Received: {name}={length}"
             )
-
-    # === Config ===
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)

@@ -12,6 +12,7 @@ from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_arguments import preset_arguments
+from keras_attn.models.model_config import ModelConfig
 
 # Sizes of Vaswani et al. (2017), Table 3: "base" (65M parameters) and "big" (213M), with
 # the 37,000-token byte-pair vocabulary shared by source and target (WMT14 En-De).
@@ -33,7 +34,7 @@ SEQ2SEQ_TRANSFORMER_PRESETS = {
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Seq2SeqTransformer(keras.Model):
+class Seq2SeqTransformer(ModelConfig, keras.Model):
     """The encoder-decoder Transformer (Vaswani et al., 2017, "Attention Is All You
     Need", §3 and Fig. 1).
 
@@ -432,31 +433,6 @@ class Seq2SeqTransformer(keras.Model):
         """
         arguments = preset_arguments(SEQ2SEQ_TRANSFORMER_PRESETS, name, "Seq2SeqTransformer")
         return cls(**{**arguments, **overrides})
-
-    def get_config(self):
-        # The functional graph is rebuilt by __init__; only the arguments are stored.
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "fused_qkv": self.fused_qkv,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
 
 
 def make_teacher_forcing_batch(source_ids, target_ids, bos_token_id, pad_token_id=0):

@@ -9,6 +9,7 @@ from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.model_arguments import preset_arguments
+from keras_attn.models.model_config import ModelConfig
 
 # Sizes of Dai et al. (2019): the 12-layer enwik8 model of Table 2 (41M parameters;
 # 204 byte symbols, segments and memories of 512 tokens in training), and a tiny
@@ -26,7 +27,7 @@ TRANSFORMER_XL_PRESETS = {
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerXLLM(keras.Model):
+class TransformerXLLM(ModelConfig, keras.Model):
     """Transformer-XL language model (Dai et al., 2019, "Transformer-XL: Attentive
     Language Models Beyond a Fixed-Length Context", §3).
 
@@ -352,33 +353,6 @@ class TransformerXLLM(keras.Model):
         """
         arguments = preset_arguments(TRANSFORMER_XL_PRESETS, name, "TransformerXLLM")
         return cls(**{**arguments, **overrides})
-
-    def get_config(self):
-        # The functional graph is rebuilt by __init__; only the arguments are stored.
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "memory_length": self.memory_length,
-            "key_dim": self.key_dim,
-            "dropout": self.dropout,
-            "tie_embeddings": self.tie_embeddings,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "norm_first": self.norm_first,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
 
 
 class _AppendToMemory(keras.layers.Layer):

@@ -8,6 +8,7 @@ from keras_attn.layers.validation import check_rate
 from keras_attn.layers.xlnet_block import XLNetBlock
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_arguments import preset_arguments
+from keras_attn.models.model_config import ModelConfig
 
 # Sizes of Yang et al. (2019): XLNet-Base (the `xlnet-base-cased` checkpoint, 116.7M
 # parameters with its 32,000-piece SentencePiece vocabulary) and XLNet-Large, plus a
@@ -46,7 +47,7 @@ def xlnet_parameter_count(vocabulary_size, num_layers, num_heads, hidden_dim,
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetBackbone(keras.Model):
+class XLNetBackbone(ModelConfig, keras.Model):
     """XLNet encoder (Yang et al., 2019, "XLNet: Generalized Autoregressive Pretraining
     for Language Understanding").
 
@@ -210,31 +211,6 @@ class XLNetBackbone(keras.Model):
         2
         """
         return cls(**{**preset_arguments(XLNET_PRESETS, name, "XLNet"), **overrides})
-
-    def get_config(self):
-        # The functional graph is rebuilt by __init__; only the arguments are stored.
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "two_stream": self.two_stream,
-            "memory_length": self.memory_length,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
 
 
 class _QueryStreamStart(keras.layers.Layer):

@@ -3,11 +3,12 @@ from keras import ops
 
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
+from keras_attn.models.model_config import ModelConfig
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetClassifier(keras.Model):
+class XLNetClassifier(ModelConfig, keras.Model):
     """Sequence classification with XLNet's last-token summary (Yang et al., 2019;
     transformers' `XLNetForSequenceClassification`).
 
@@ -67,17 +68,6 @@ class XLNetClassifier(keras.Model):
         self.backbone = backbone
         self.num_classes = num_classes
         self.dropout = dropout
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "backbone": keras.layers.serialize(self.backbone),
-                "num_classes": self.num_classes, "dropout": self.dropout}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
 
 
 def check_content_backbone(backbone, model_name):

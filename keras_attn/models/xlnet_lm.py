@@ -1,11 +1,12 @@
 import keras
 from keras import ops
 
+from keras_attn.models.model_config import ModelConfig
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetLM(keras.Model):
+class XLNetLM(ModelConfig, keras.Model):
     """XLNet permutation language model (Yang et al., 2019, §2.2–2.3).
 
         logits_p = g^L_p W_emb^T + b          (B, P, V)
@@ -61,16 +62,6 @@ class XLNetLM(keras.Model):
 
         # === Config ===
         self.backbone = backbone
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "backbone": keras.layers.serialize(self.backbone)}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
 
 
 class _OutputBias(keras.layers.Layer):

@@ -2,11 +2,12 @@ import keras
 
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
+from keras_attn.models.model_config import ModelConfig
 from keras_attn.models.xlnet_classifier import check_content_backbone
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetTokenClassifier(keras.Model):
+class XLNetTokenClassifier(ModelConfig, keras.Model):
     """Token classification (NER) on XLNet's content stream, as
     transformers' `XLNetForTokenClassification`:
 
@@ -55,14 +56,3 @@ class XLNetTokenClassifier(keras.Model):
         self.backbone = backbone
         self.num_classes = num_classes
         self.dropout = dropout
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "backbone": keras.layers.serialize(self.backbone),
-                "num_classes": self.num_classes, "dropout": self.dropout}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)

@@ -13,6 +13,7 @@ from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.models.model_arguments import check_transformer_sizes
+from keras_attn.models.model_config import ModelConfig
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
 from keras_attn.quantization.qat_encoder_block import ChannelRanges
@@ -33,7 +34,7 @@ _HEAD_LAYERS = ("token_ids", "segment_ids", "padding_mask", "label_mask", "outpu
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class QatBert(keras.Model):
+class QatBert(ModelConfig, keras.Model):
     """BERT task model for quantization-aware training and full-int8 TFLite export
     (Jacob et al., 2018; BERT: Devlin et al., 2019).
 
@@ -378,36 +379,6 @@ class QatBert(keras.Model):
                 value = ops.convert_to_numpy(source)
             target.assign(np.reshape(value, _float_shape(target)))
         return model
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "num_outputs": self.num_outputs,
-            "head": self.head,
-            "max_sequence_length": self.max_sequence_length,
-            "num_segments": self.num_segments,
-            "dropout": self.dropout,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "output_dropout": self.output_dropout,
-            "weight_quantization": self.weight_quantization,
-            "quantize": self.quantize,
-            "decay": self.decay,
-            "attention_mask_margin": self.attention_mask_margin,
-            "masked_score": self.masked_score,
-            "float_residual": self.float_residual,
-            "feedforward_float_channels": self.feedforward_float_channels,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 def _check_mappable(model, backbone):

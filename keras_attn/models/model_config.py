@@ -1,0 +1,89 @@
+"""`ModelConfig`: the `get_config` / `from_config` of every keras-attn model.
+
+Our models rebuild their whole graph in `__init__` from the constructor arguments, each
+stored under its own name (`self.num_layers = num_layers`), so the config is those
+arguments and nothing else: the constructor's signature declares it once.
+
+    get_config()  = {name, trainable, dtype} + {argument: self.argument for each
+                    named parameter of __init__}   (Keras objects serialized)
+    from_config(c) = cls(**c)                      (serialized Keras objects and the
+                                                    dtype policy deserialized)
+"""
+
+import inspect
+
+import keras
+
+# Layer arguments every model accepts through `**kwargs`, always stored.
+_BASE_KEYS = ("name", "trainable", "dtype")
+
+
+class ModelConfig:
+    """Mixin giving a model whose `__init__` stores every named argument under the same
+    attribute name a `get_config` / `from_config` pair that round-trips.
+
+    Put it first among the bases: `class BertBackbone(ModelConfig, keras.Model)`.
+    Arguments holding a Keras object (a backbone, a wrapped LM) are serialized with
+    `keras.saving.serialize_keras_object` and rebuilt by `from_config`; the model's dtype
+    policy is stored as `dtype`.
+
+    Example:
+    >>> @keras.saving.register_keras_serializable(package="doctest")
+    ... class Affine(ModelConfig, keras.Model):
+    ...     def __init__(self, units, use_bias=True, **kwargs):
+    ...         inputs = keras.Input((3,))
+    ...         dense = keras.layers.Dense(units, use_bias=use_bias)
+    ...         super().__init__(inputs=inputs, outputs=dense(inputs), **kwargs)
+    ...         self.units = units
+    ...         self.use_bias = use_bias
+    >>> config = Affine(2, use_bias=False, name="affine").get_config()
+    >>> sorted(config)
+    ['dtype', 'name', 'trainable', 'units', 'use_bias']
+    >>> Affine.from_config(config).get_config() == config
+    True
+    """
+
+    @classmethod
+    def config_arguments(cls):
+        """The named parameters of `__init__` (not `self`, `*args`, `**kwargs` or the
+        base keys `name`, `trainable`, `dtype`): the config's own entries."""
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        return tuple(
+            p.name for p in parameters
+            if p.name != "self" and p.name not in _BASE_KEYS
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        )
+
+    def get_config(self):
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
+        for argument in self.config_arguments():
+            if not hasattr(self, argument):
+                raise AttributeError(
+                    f"{type(self).__name__}.__init__ takes `{argument}` but does not "
+                    f"store it as `self.{argument}`, which get_config reads. Received: "
+                    f"attributes without {argument!r}"
+                )
+            value = getattr(self, argument)
+            if isinstance(value, keras.layers.Layer):
+                value = keras.saving.serialize_keras_object(value)
+            config[argument] = value
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        for argument in cls.config_arguments():
+            if _is_serialized_object(config.get(argument)):
+                config[argument] = keras.saving.deserialize_keras_object(config[argument])
+        return cls(**config)
+
+
+def _is_serialized_object(value):
+    """True for the dict `keras.saving.serialize_keras_object` makes of a layer."""
+    return isinstance(value, dict) and "class_name" in value and "config" in value
