@@ -87,6 +87,48 @@ def check_allow_missing(allow_missing):
     return allow_missing
 
 
+# Canonical names of BERT's weights by role. The QAT layers (`QatEmbeddings`,
+# `QatEncoderBlock`, `QuantizedDense`) name their variables after these roles, so
+# `QatBert`'s weight map is derived from this one (see `qat_bert._weight_pairs`).
+BERT_EMBEDDING_WEIGHT_NAMES = {
+    "token_embeddings": ("embeddings/word_embeddings",),
+    "segment_embeddings": ("embeddings/token_type_embeddings",),
+    "position_embeddings": ("embeddings/position_embeddings",),
+    "gamma": ("embeddings/LayerNorm/gamma",),
+    "beta": ("embeddings/LayerNorm/beta",),
+}
+BERT_POOLER_WEIGHT_NAMES = {
+    "kernel": ("pooler/dense/kernel",),
+    "bias": ("pooler/dense/bias",),
+}
+
+
+def bert_block_weight_names(index):
+    """Canonical names of the weights of encoder block `index`, by role (Q, K, V in that
+    order for the fused projection).
+
+    Example:
+    >>> bert_block_weight_names(0)["qkv_bias"][2]
+    'encoder/layer_0/attention/self/value/bias'
+    """
+    scope = f"encoder/layer_{index}"
+    qkv = [f"{scope}/attention/self/{part}" for part in ("query", "key", "value")]
+    return {
+        "qkv_kernel": tuple(f"{name}/kernel" for name in qkv),
+        "qkv_bias": tuple(f"{name}/bias" for name in qkv),
+        "output_kernel": (f"{scope}/attention/output/dense/kernel",),
+        "output_bias": (f"{scope}/attention/output/dense/bias",),
+        "attention_gamma": (f"{scope}/attention/output/LayerNorm/gamma",),
+        "attention_beta": (f"{scope}/attention/output/LayerNorm/beta",),
+        "intermediate_kernel": (f"{scope}/intermediate/dense/kernel",),
+        "intermediate_bias": (f"{scope}/intermediate/dense/bias",),
+        "feedforward_output_kernel": (f"{scope}/output/dense/kernel",),
+        "feedforward_output_bias": (f"{scope}/output/dense/bias",),
+        "feedforward_gamma": (f"{scope}/output/LayerNorm/gamma",),
+        "feedforward_beta": (f"{scope}/output/LayerNorm/beta",),
+    }
+
+
 def bert_weight_targets(backbone):
     """The weights of a `BertBackbone`, as `(variable, canonical_names, combine)` triples.
 
@@ -100,64 +142,63 @@ def bert_weight_targets(backbone):
     targets = []
     shapes = {}
 
-    def add(variable, names, expected, combine):
+    def add(variable, names, expected, combine=lambda a: a[0]):
         for name, shape in zip(names, expected):
             shapes[name] = tuple(shape)
         targets.append((variable, tuple(names), combine))
 
-    def single(array):
-        return array[0]
-
+    names = BERT_EMBEDDING_WEIGHT_NAMES
     embeddings = backbone.get_layer("embeddings")
-    add(embeddings.token_embedding.embeddings, ["embeddings/word_embeddings"],
-        [(backbone.vocabulary_size, H)], single)
-    add(embeddings.segment_embedding.embeddings, ["embeddings/token_type_embeddings"],
-        [(backbone.num_segments, H)], single)
-    add(embeddings.position_embedding.embeddings, ["embeddings/position_embeddings"],
-        [(backbone.max_sequence_length, H)], single)
-    _add_layer_norm(add, backbone.get_layer("embeddings_layer_norm"),
-                    "embeddings/LayerNorm", H)
+    add(embeddings.token_embedding.embeddings, names["token_embeddings"],
+        [(backbone.vocabulary_size, H)])
+    add(embeddings.segment_embedding.embeddings, names["segment_embeddings"],
+        [(backbone.num_segments, H)])
+    add(embeddings.position_embedding.embeddings, names["position_embeddings"],
+        [(backbone.max_sequence_length, H)])
+    _add_layer_norm(add, backbone.get_layer("embeddings_layer_norm"), names["gamma"],
+                    names["beta"], H)
 
     for i, block in enumerate(backbone.transformer_layers):
-        scope = f"encoder/layer_{i}"
+        names = bert_block_weight_names(i)
         attention = block.self_attention
-        qkv = [f"{scope}/attention/self/{part}" for part in ("query", "key", "value")]
         if attention.fused_qkv:
             # (H, H) x 3 -> (H, 3, heads, dk): one fused projection, Q then K then V.
-            add(attention.qkv_kernel, [f"{n}/kernel" for n in qkv], [(H, H)] * 3,
+            add(attention.qkv_kernel, names["qkv_kernel"], [(H, H)] * 3,
                 lambda a: np.stack(a, axis=1).reshape(H, 3, heads, dk))
-            add(attention.qkv_bias, [f"{n}/bias" for n in qkv], [(H,)] * 3,
+            add(attention.qkv_bias, names["qkv_bias"], [(H,)] * 3,
                 lambda a: np.stack(a, axis=0).reshape(3, heads, dk))
         else:
-            for name, dense in zip(qkv, (attention.query_dense, attention.key_dense,
-                                         attention.value_dense)):
-                add(dense.kernel, [f"{name}/kernel"], [(H, H)],
-                    lambda a: a[0].reshape(H, heads, dk))
-                add(dense.bias, [f"{name}/bias"], [(H,)], lambda a: a[0].reshape(heads, dk))
+            for kernel, bias, dense in zip(names["qkv_kernel"], names["qkv_bias"], (
+                    attention.query_dense, attention.key_dense, attention.value_dense)):
+                add(dense.kernel, [kernel], [(H, H)], lambda a: a[0].reshape(H, heads, dk))
+                add(dense.bias, [bias], [(H,)], lambda a: a[0].reshape(heads, dk))
         output = attention.output_dense
-        add(output.kernel, [f"{scope}/attention/output/dense/kernel"], [(H, H)],
+        add(output.kernel, names["output_kernel"], [(H, H)],
             lambda a: a[0].reshape(heads, dk, H))
-        add(output.bias, [f"{scope}/attention/output/dense/bias"], [(H,)], single)
-        _add_layer_norm(add, block.self_attention_layer_norm,
-                        f"{scope}/attention/output/LayerNorm", H)
+        add(output.bias, names["output_bias"], [(H,)])
+        _add_layer_norm(add, block.self_attention_layer_norm, names["attention_gamma"],
+                        names["attention_beta"], H)
         F = block.intermediate_dim
-        _add_dense(add, block.feedforward_intermediate_dense,
-                   f"{scope}/intermediate/dense", H, F)
-        _add_dense(add, block.feedforward_output_dense, f"{scope}/output/dense", F, H)
-        _add_layer_norm(add, block.feedforward_layer_norm, f"{scope}/output/LayerNorm", H)
+        _add_dense(add, block.feedforward_intermediate_dense, names["intermediate_kernel"],
+                   names["intermediate_bias"], H, F)
+        _add_dense(add, block.feedforward_output_dense, names["feedforward_output_kernel"],
+                   names["feedforward_output_bias"], F, H)
+        _add_layer_norm(add, block.feedforward_layer_norm, names["feedforward_gamma"],
+                        names["feedforward_beta"], H)
 
-    _add_dense(add, backbone.get_layer("pooled_dense"), "pooler/dense", H, H)
+    _add_dense(add, backbone.get_layer("pooled_dense"), BERT_POOLER_WEIGHT_NAMES["kernel"],
+               BERT_POOLER_WEIGHT_NAMES["bias"], H, H)
     return targets, shapes
 
 
-def _add_dense(add, dense, scope, fan_in, fan_out):
-    add(dense.kernel, [f"{scope}/kernel"], [(fan_in, fan_out)], lambda a: a[0])
-    add(dense.bias, [f"{scope}/bias"], [(fan_out,)], lambda a: a[0])
+def _add_dense(add, dense, kernel_names, bias_names, fan_in, fan_out):
+    add(dense.kernel, kernel_names, [(fan_in, fan_out)])
+    add(dense.bias, bias_names, [(fan_out,)])
 
 
-def _add_layer_norm(add, layer_norm, scope, dim):
-    add(layer_norm.gamma, [f"{scope}/gamma"], [(dim,)], lambda a: a[0])
-    add(layer_norm.beta, [f"{scope}/beta"], [(dim,)], lambda a: a[0])
+def _add_layer_norm(add, layer_norm, gamma_names, beta_names, dim):
+    add(layer_norm.gamma, gamma_names, [(dim,)])
+    add(layer_norm.beta, beta_names, [(dim,)])
 
 
 def assign_bert_weights(

@@ -150,14 +150,7 @@ class BertBackbone(ModelConfig, keras.Model):
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
         x = embeddings(token_ids, segment_ids=segment_ids)  # (B, T, H)
         x = embeddings_dropout(embeddings_layer_norm(x))  # (B, T, H)
-        for block in blocks[:-1]:
-            x = block(x, padding_mask=padding_mask)  # (B, T, H)
-        # The pooler reads only the [CLS] row of the last block, so it gets its own call of
-        # that block with one query (same weights). A model that uses only `pooled_output`
-        # (a classifier) then never computes the other T - 1 rows of the last block: graph
-        # compilers (tf.function, XLA, the TFLite converter) drop the unused branch.
-        cls_state = blocks[-1](x, padding_mask=padding_mask, query_length=1)[:, 0, :]  # (B, H)
-        x = blocks[-1](x, padding_mask=padding_mask)  # (B, T, H)
+        cls_state, x = encode(blocks, x, padding_mask)  # (B, H), (B, T, H)
         pooled = pooled_dense(cls_state)  # (B, H)
         super().__init__(
             inputs={
@@ -241,3 +234,30 @@ def check_bert_backbone(backbone):
             "BertBackbone.from_preset(...) or keras_attn.checkpoints.load_hf_bert(...)). "
             f"Received: backbone={backbone!r}"
         )
+
+
+def encode(blocks, x, padding_mask, cls_state=True, sequence_output=True):
+    """BERT's encoder stack on the embedded `x` `(B, T, H)`: `(cls_state, sequence_output)`,
+    the last block's [CLS] row `(B, H)` and all its rows `(B, T, H)` (`None` where not
+    asked for).
+
+    The pooler reads only the [CLS] row of the last block, so that row comes from its own
+    call of the block with one query (`query_length=1`, same weights, same values). A model
+    that uses only `pooled_output` (a classifier) then never computes the other `T - 1`
+    rows of the last block: graph compilers (tf.function, XLA, the TFLite converter) drop
+    the unused branch, and `QatBert` builds only that branch.
+
+    Args:
+        blocks: the encoder blocks, first to last (`TransformerEncoderBlock`s, or any
+            block taking `padding_mask` and `query_length`).
+        x: `(B, T, H)` embeddings. padding_mask: `(B, T)`, 1 for real tokens.
+        cls_state, sequence_output: bool, which outputs to compute.
+    """
+    for block in blocks[:-1]:
+        x = block(x, padding_mask=padding_mask)  # (B, T, H)
+    cls_row = sequence = None
+    if cls_state:
+        cls_row = blocks[-1](x, padding_mask=padding_mask, query_length=1)[:, 0, :]  # (B, H)
+    if sequence_output:
+        sequence = blocks[-1](x, padding_mask=padding_mask)  # (B, T, H)
+    return cls_row, sequence

@@ -5,11 +5,16 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attn.checkpoints.bert_weights import BERT_EMBEDDING_WEIGHT_NAMES
+from keras_attn.checkpoints.bert_weights import BERT_POOLER_WEIGHT_NAMES
+from keras_attn.checkpoints.bert_weights import bert_block_weight_names
+from keras_attn.checkpoints.bert_weights import bert_weight_targets
 from keras_attn.layers.transformer_block_base import serialize_activation
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.models.bert_backbone import encode
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.models.model_arguments import check_transformer_sizes
@@ -157,14 +162,11 @@ class QatBert(ModelConfig, keras.Model):
         }
         x = embeddings(inputs["token_ids"], inputs["segment_ids"])  # (B, T, H)
         x = embeddings_dropout(x)
-        for block in blocks[:-1]:
-            x = block(x, padding_mask=inputs["padding_mask"])  # (B, T, H)
-        if head == "classification":
-            # The pooler reads only [CLS]: the last block computes that one query row.
-            x = blocks[-1](x, padding_mask=inputs["padding_mask"], query_length=1)  # (B, 1, H)
-            x = pooled_dense(x[:, 0, :])  # (B, H), the [CLS] row
-        else:
-            x = blocks[-1](x, padding_mask=inputs["padding_mask"])  # (B, T, H)
+        # The classification head reads only [CLS]: the last block computes that one row.
+        classify = head == "classification"
+        cls_state, sequence = encode(blocks, x, inputs["padding_mask"], cls_state=classify,
+                                     sequence_output=not classify)
+        x = pooled_dense(cls_state) if classify else sequence  # (B, H) or (B, T, H)
         logits = logits_dense(head_dropout(x))  # (B, C) or (B, T, C)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
@@ -410,51 +412,35 @@ def _check_mappable(model, backbone):
 
 
 def _weight_pairs(qat, model):
-    """(QAT variable, float variable or list of variables) for every weight."""
-    backbone = model.backbone
-    embeddings = backbone.get_layer("embeddings")
-    qat_embeddings = qat.get_layer("embeddings")
-    norm = backbone.get_layer("embeddings_layer_norm")
-    pairs = [
-        (qat_embeddings.token_embeddings, embeddings.token_embedding.embeddings),
-        (qat_embeddings.segment_embeddings, embeddings.segment_embedding.embeddings),
-        (qat_embeddings.position_embeddings, embeddings.position_embedding.embeddings),
-        (qat_embeddings.gamma, norm.gamma),
-        (qat_embeddings.beta, norm.beta),
-    ]
-    for i in range(backbone.num_layers):
-        block = backbone.get_layer(f"transformer_layer_{i}")
-        qat_block = qat.get_layer(f"transformer_layer_{i}")
-        attention = block.self_attention
-        if attention.fused_qkv:
-            qkv_kernel, qkv_bias = attention.qkv_kernel, attention.qkv_bias
-        else:
-            dense = (attention.query_dense, attention.key_dense, attention.value_dense)
-            qkv_kernel = [layer.kernel for layer in dense]
-            qkv_bias = [layer.bias for layer in dense]
-        ffn_in, ffn_out = block.feedforward_intermediate_dense, block.feedforward_output_dense
-        pairs += [
-            (qat_block.qkv_kernel, qkv_kernel),
-            (qat_block.qkv_bias, qkv_bias),
-            (qat_block.output_kernel, attention.output_dense.kernel),
-            (qat_block.output_bias, attention.output_dense.bias),
-            (qat_block.attention_gamma, block.self_attention_layer_norm.gamma),
-            (qat_block.attention_beta, block.self_attention_layer_norm.beta),
-            (qat_block.intermediate_kernel, ffn_in.kernel),
-            (qat_block.intermediate_bias, ffn_in.bias),
-            (qat_block.feedforward_output_kernel, ffn_out.kernel),
-            (qat_block.feedforward_output_bias, ffn_out.bias),
-            (qat_block.feedforward_gamma, block.feedforward_layer_norm.gamma),
-            (qat_block.feedforward_beta, block.feedforward_layer_norm.beta),
-        ]
-    if qat.head == "classification":
-        pooled = backbone.get_layer("pooled_dense")
-        pairs += [(qat.get_layer("pooled_dense").kernel, pooled.kernel),
-                  (qat.get_layer("pooled_dense").bias, pooled.bias)]
+    """(QAT variable, float variable or list of variables) for every weight.
+
+    Derived from the backbone's canonical weight map (`bert_weight_targets`): each QAT
+    variable is named after a role of `bert_block_weight_names` & co., whose canonical
+    names lead to the float variable (or the unfused Q, K, V variables, in that order).
+    """
+    targets, _ = bert_weight_targets(model.backbone)
+    float_variables = {name: variable for variable, names, _ in targets for name in names}
+    pairs = []
+    for variable, names in _qat_weight_names(qat):
+        sources = []
+        for name in names:
+            if not any(float_variables[name] is source for source in sources):
+                sources.append(float_variables[name])
+        pairs.append((variable, sources[0] if len(sources) == 1 else sources))
     logits = model.get_layer("logits")
     pairs += [(qat.get_layer("logits").kernel, logits.kernel),
               (qat.get_layer("logits").bias, logits.bias)]
     return pairs
+
+
+def _qat_weight_names(qat):
+    """(QAT variable, canonical names) of the backbone part of `qat`."""
+    layers = [(qat.get_layer("embeddings"), BERT_EMBEDDING_WEIGHT_NAMES)]
+    layers += [(block, bert_block_weight_names(i)) for i, block in enumerate(qat._blocks())]
+    if qat.head == "classification":
+        layers.append((qat.get_layer("pooled_dense"), BERT_POOLER_WEIGHT_NAMES))
+    return [(getattr(layer, role), names)
+            for layer, roles in layers for role, names in roles.items()]
 
 
 def _to_qat_layout(target, value):
