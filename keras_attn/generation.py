@@ -34,6 +34,10 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.validation import check_int
+from keras_attn.layers.validation import check_int_sequence
+from keras_attn.layers.validation import check_number
+from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 
 SAMPLERS = ("greedy", "sample")
@@ -348,10 +352,7 @@ def beam_search(
     -1.0217
     """
     check_positive_int("num_beams", num_beams)
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise ValueError(
-            f"`length_penalty` must be a number. Received: length_penalty={length_penalty!r}"
-        )
+    check_number("length_penalty", length_penalty)
     prompt, prompt_length = _check_common(prompt, max_new_tokens, stop_token_ids, pad_token_id)
     beams = num_beams
     batch = ops.shape(prompt)[0]
@@ -447,26 +448,9 @@ def beam_search(
 
 
 def _check_common(prompt, max_new_tokens, stop_token_ids, pad_token_id):
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-        max_new_tokens < 0
-    ):
-        raise ValueError(
-            "`max_new_tokens` must be an integer >= 0. "
-            f"Received: max_new_tokens={max_new_tokens!r}"
-        )
-    bad_stops = [
-        t for t in stop_token_ids if isinstance(t, bool) or not isinstance(t, int) or t < 0
-    ]
-    if bad_stops:
-        raise ValueError(
-            "`stop_token_ids` must be a sequence of integer token ids >= 0. "
-            f"Received: stop_token_ids={tuple(stop_token_ids)!r}"
-        )
-    if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0:
-        raise ValueError(
-            "`pad_token_id` must be an integer token id >= 0. "
-            f"Received: pad_token_id={pad_token_id!r}"
-        )
+    check_int("max_new_tokens", max_new_tokens, low=0)
+    check_int_sequence("stop_token_ids", tuple(stop_token_ids), low=0, meaning="token ids")
+    check_int("pad_token_id", pad_token_id, low=0, meaning="a token id")
     prompt = ops.convert_to_tensor(prompt)
     if len(prompt.shape) != 2 or prompt.shape[1] is None or prompt.shape[1] < 1:
         raise ValueError(
@@ -495,20 +479,11 @@ def _stop_checker(stop_token_ids):
 
 
 def _check_temperature(temperature):
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-        temperature > 0
-    ):
-        raise ValueError(
-            "`temperature` must be a number > 0 (logits are divided by it). "
-            f"Received: temperature={temperature!r}"
-        )
+    check_number_above("temperature", temperature, 0, "logits are divided by it")
 
 
 def _check_top_p(p):
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-        raise ValueError(
-            f"`top_p` must be a probability mass in (0, 1]. Received: top_p={p!r}"
-        )
+    check_number("top_p", p, 0, 1, include_low=False, meaning="a probability mass")
 
 
 def _neg_inf(dtype):

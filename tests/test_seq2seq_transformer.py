@@ -303,7 +303,8 @@ def test_invalid_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="bos_token_id.*differ from `pad_token_id`"):
         make_teacher_forcing_batch(np.ones((1, 2)), np.ones((1, 2)), bos_token_id=0)
     model = tiny_model()
-    with pytest.raises(ValueError, match=r"eos_token_id.*vocabulary_size=13.*eos_token_id=13"):
+    with pytest.raises(ValueError, match=r"eos_token_id.*\[0, vocabulary_size\).*"
+                                         r"Received: eos_token_id=13, vocabulary_size=13"):
         model.greedy_decode(np.array([[3]]), bos_token_id=BOS, eos_token_id=13,
                             max_new_tokens=2)
     with pytest.raises(ValueError, match="max_new_tokens"):

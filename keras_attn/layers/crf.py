@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import clone_initializer
 
@@ -82,8 +83,7 @@ class CRF(keras.layers.Layer):
 
     def __init__(self, num_tags, transitions_initializer="zeros", unroll=False, **kwargs):
         check_positive_int("num_tags", num_tags, "size of the tag set")
-        if not isinstance(unroll, bool):
-            raise ValueError(f"`unroll` must be a bool. Received: unroll={unroll!r}")
+        check_bool("unroll", unroll)
         super().__init__(**kwargs)
         self.num_tags = num_tags
         self.transitions_initializer = keras.initializers.get(transitions_initializer)

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import clone_initializer
 
@@ -73,10 +74,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             check_positive_int(
                 "sequence_length", sequence_length, "the size of the learned position table"
             )
-        if not isinstance(num_segments, int) or num_segments < 0:
-            raise ValueError(
-                f"`num_segments` must be an integer >= 0. Received: num_segments={num_segments}"
-            )
+        check_int("num_segments", num_segments, low=0)
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
         self.sequence_length = sequence_length

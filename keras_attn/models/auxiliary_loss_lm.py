@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.models.gpt_causal_lm import GPTCausalLM
 from keras_attn.models.model_config import ModelConfig
@@ -74,11 +75,8 @@ class AuxiliaryLossLM(ModelConfig, keras.Model):
                  total_updates=1, **kwargs):
         if not isinstance(lm, GPTCausalLM):
             raise ValueError(f"`lm` must be a GPTCausalLM. Received: lm={lm!r}")
-        if isinstance(future_targets, bool) or not isinstance(future_targets, int) or (
-                future_targets < 0):
-            raise ValueError("`future_targets` must be an integer >= 0 (extra characters "
-                             f"predicted per position). Received: future_targets="
-                             f"{future_targets!r}")
+        check_int("future_targets", future_targets, low=0,
+                  meaning="extra characters predicted per position")
         check_positive_int("total_updates", total_updates)
         super().__init__(**kwargs)
         backbone = lm.backbone

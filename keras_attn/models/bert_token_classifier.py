@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.crf import CRF
+from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.bert_backbone import BertBackbone
@@ -65,8 +66,7 @@ class BertTokenClassifier(ModelConfig, keras.Model):
         check_bert_backbone(backbone)
         check_positive_int("num_labels", num_labels)
         check_rate("dropout", dropout)
-        if not isinstance(use_crf, bool):
-            raise ValueError(f"`use_crf` must be a bool. Received: use_crf={use_crf!r}")
+        check_bool("use_crf", use_crf)
 
         # The token logits do not read the pooled output: a frozen pooler is neither tracked
         # by the optimizer nor reported as getting no gradient, also in a loaded model.

@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attn import generation
+from keras_attn.layers.validation import check_int
 from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.model_config import ModelConfig
 
@@ -195,13 +196,7 @@ class GPTCausalLM(ModelConfig, keras.Model):
                 "`prompt_ids` must be a (batch, prompt_length) tensor with a static "
                 f"prompt_length. Received: prompt_ids.shape={tuple(prompt_ids.shape)}"
             )
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-            max_new_tokens < 0
-        ):
-            raise ValueError(
-                "`max_new_tokens` must be an integer >= 0. "
-                f"Received: max_new_tokens={max_new_tokens!r}"
-            )
+        check_int("max_new_tokens", max_new_tokens, low=0)
         total = prompt_ids.shape[1] + max_new_tokens
         self._check_length("prompt_length + max_new_tokens", total)
         return self.build_cache(ops.shape(prompt_ids)[0], total)

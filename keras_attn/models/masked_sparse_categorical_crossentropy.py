@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_rate
 
 # Scaling the per-position losses by (B*T) / #kept turns the base class's average over
@@ -83,13 +84,8 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         name="masked_sparse_categorical_crossentropy",
         dtype=None,
     ):
-        if ignore_class is not None and (
-            isinstance(ignore_class, bool) or not isinstance(ignore_class, int)
-        ):
-            raise ValueError(
-                "`ignore_class` must be an int label value (e.g. -100 or the padding id) "
-                f"or None. Received: ignore_class={ignore_class!r}"
-            )
+        check_int("ignore_class", ignore_class,
+                  meaning="a label value, e.g. -100 or the padding id", optional=True)
         check_rate("label_smoothing", label_smoothing)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.ignore_class = ignore_class

@@ -7,6 +7,7 @@ from keras_attn import generation
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
@@ -499,8 +500,4 @@ def _embed(token_embedding, position_encoding, token_ids, start_index=0):
 
 
 def _check_token_id(name, value, vocabulary_size):
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocabulary_size:
-        raise ValueError(
-            f"`{name}` must be an int token id in [0, vocabulary_size={vocabulary_size}). "
-            f"Received: {name}={value!r}"
-        )
+    check_int(name, value, 0, vocabulary_size, meaning="a token id", high_name="vocabulary_size")

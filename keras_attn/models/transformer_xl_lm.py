@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attn.layers.transformer_xl_block import TransformerXLBlock
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
@@ -326,13 +327,7 @@ class TransformerXLLM(ModelConfig, keras.Model):
     def _memory_length(self, memory_length):
         if memory_length is None:
             return self.memory_length
-        if isinstance(memory_length, bool) or not isinstance(memory_length, int) or (
-            memory_length < 0
-        ):
-            raise ValueError(
-                "`memory_length` must be an integer >= 0 (0 for no memory). "
-                f"Received: memory_length={memory_length!r}"
-            )
+        check_int("memory_length", memory_length, low=0, meaning="0 for no memory")
         return memory_length
 
     # === Presets and config ===

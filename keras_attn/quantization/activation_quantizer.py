@@ -5,14 +5,12 @@ import keras
 from keras import ops
 
 from keras_attn.layers.validation import check_bool
+from keras_attn.layers.validation import check_number
 
 
 def _check_decay(decay):
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay < 1:
-        raise ValueError(
-            "`decay` is the EMA factor of the activation ranges and must be a float in "
-            f"(0, 1), e.g. 0.999. Received: decay={decay!r}"
-        )
+    check_number("decay", decay, 0, 1, include_low=False, include_high=False,
+                 meaning="the EMA factor of the activation ranges, e.g. 0.999")
 
 
 def _check_fixed_range(fixed_range):
@@ -91,16 +89,9 @@ class ActivationQuantizer(keras.layers.Layer):
                  quantize=True, **kwargs):
         _check_decay(decay)
         fixed_range = _check_fixed_range(fixed_range)
-        if (isinstance(mask_margin, bool) or not isinstance(mask_margin, (int, float))
-                or mask_margin < 0):
-            raise ValueError(
-                "`mask_margin` must be a number >= 0 (nats between the real scores and "
-                f"the masked ones). Received: mask_margin={mask_margin!r}"
-            )
-        if isinstance(masked_value, bool) or not isinstance(masked_value, (int, float)):
-            raise ValueError(
-                f"`masked_value` must be a float. Received: masked_value={masked_value!r}"
-            )
+        check_number("mask_margin", mask_margin, low=0,
+                     meaning="nats between the real scores and the masked ones")
+        check_number("masked_value", masked_value)
         check_bool("quantize", quantize)
         super().__init__(**kwargs)
         self.decay = float(decay)

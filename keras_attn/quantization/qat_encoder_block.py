@@ -11,6 +11,7 @@ from keras_attn.layers.transformer_block_base import get_activation
 from keras_attn.layers.transformer_block_base import serialize_activation
 from keras_attn.layers.transformer_encoder_block import check_query_length
 from keras_attn.layers.validation import check_bool
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
@@ -377,12 +378,8 @@ def check_feedforward_float_channels(feedforward_float_channels, intermediate_di
     and above 0 only with `float_residual` (the float channels' output is added in
     float)."""
     k = feedforward_float_channels
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < intermediate_dim:
-        raise ValueError(
-            "`feedforward_float_channels` must be an integer in [0, intermediate_dim) "
-            f"(the feed-forward channels kept in float). Received: "
-            f"feedforward_float_channels={k!r}, intermediate_dim={intermediate_dim}"
-        )
+    check_int("feedforward_float_channels", k, 0, intermediate_dim,
+              meaning="the feed-forward channels kept in float", high_name="intermediate_dim")
     if k and float_residual is not True:
         raise ValueError(
             "`feedforward_float_channels` > 0 needs `float_residual=True`: the float "

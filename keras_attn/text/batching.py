@@ -3,6 +3,8 @@ padding."""
 
 import tensorflow as tf
 
+from keras_attn.layers.validation import check_int_sequence
+from keras_attn.layers.validation import check_positive_int
 from keras_attn.text.ner import IGNORE_LABEL
 
 
@@ -110,13 +112,9 @@ class SequenceBatcher:
         padding_values=None,
         drop_remainder=None,
     ):
-        def positive_int(name, value):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
-
-        positive_int("batch_size", batch_size)
+        check_positive_int("batch_size", batch_size)
         if sequence_length is not None:
-            positive_int("sequence_length", sequence_length)
+            check_positive_int("sequence_length", sequence_length)
             if keep_last_token and sequence_length < 2:
                 raise ValueError(
                     "`keep_last_token=True` needs `sequence_length >= 2`. "
@@ -129,9 +127,8 @@ class SequenceBatcher:
             )
         if bucket_boundaries is not None:
             bucket_boundaries = list(bucket_boundaries)
-            if not bucket_boundaries or any(
-                isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bucket_boundaries
-            ) or bucket_boundaries != sorted(set(bucket_boundaries)):
+            check_int_sequence("bucket_boundaries", bucket_boundaries, low=1)
+            if not bucket_boundaries or bucket_boundaries != sorted(set(bucket_boundaries)):
                 raise ValueError(
                     "`bucket_boundaries` must be strictly increasing positive ints. "
                     f"Received: bucket_boundaries={bucket_boundaries}"
@@ -146,7 +143,7 @@ class SequenceBatcher:
                     f"bucket_batch_sizes={bucket_batch_sizes}"
                 )
             for size in bucket_batch_sizes:
-                positive_int("bucket_batch_sizes", size)
+                check_positive_int("bucket_batch_sizes", size)
         elif bucket_batch_sizes is not None:
             raise ValueError(
                 "`bucket_batch_sizes` needs `bucket_boundaries`. Received: "

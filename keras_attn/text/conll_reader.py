@@ -6,6 +6,7 @@ import re
 
 import tensorflow as tf
 
+from keras_attn.layers.validation import check_int
 from keras_attn.text.errors import DataError
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.ner import IOB_TAG
@@ -82,8 +83,8 @@ class ConllReader:
     def __init__(self, path, tag_column=-1, scheme="iob2"):
         if scheme not in ("iob1", "iob2"):
             raise ValueError(f"`scheme` must be 'iob1' or 'iob2'. Received: scheme={scheme!r}")
-        if tag_column is not None and (isinstance(tag_column, bool)
-                                       or not isinstance(tag_column, int) or tag_column == 0):
+        check_int("tag_column", tag_column, meaning="column 0 is the token", optional=True)
+        if tag_column == 0:
             raise ValueError(
                 "`tag_column` must be a non-zero int (column 0 is the token) or None. "
                 f"Received: tag_column={tag_column!r}"

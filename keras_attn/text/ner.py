@@ -24,6 +24,8 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.layers.validation import check_int
+
 IGNORE_LABEL = -100
 IOB_TAG = re.compile(r"^(O|[BI]-\S+)$")  # one tag of the IOB1/IOB2 schemes
 
@@ -86,13 +88,8 @@ def align_word_labels(
             "`word_piece_ids` must be a RaggedTensor of shape (batch, words, pieces). "
             f"Received: word_piece_ids={word_piece_ids!r}"
         )
-    if sequence_length is not None and (isinstance(sequence_length, bool)
-                                        or not isinstance(sequence_length, int)
-                                        or sequence_length < 3):
-        raise ValueError(
-            "`sequence_length` must be an int >= 3 ([CLS], one subword, [SEP]) or None. "
-            f"Received: sequence_length={sequence_length!r}"
-        )
+    check_int("sequence_length", sequence_length, low=3,
+              meaning="[CLS], one subword, [SEP]", optional=True)
     pieces = word_piece_ids
     if pieces.ragged_rank != 2:
         raise ValueError(

@@ -18,18 +18,12 @@ import random
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.layers.validation import check_int
+from keras_attn.layers.validation import check_int_sequence
+from keras_attn.layers.validation import check_number
+from keras_attn.layers.validation import check_positive_int
 from keras_attn.text.errors import DataError
 from keras_attn.text.text_lines import ReadReport
-
-
-def _check_rate(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
-
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
 
 
 class MaskedLMMasker:
@@ -103,38 +97,31 @@ class MaskedLMMasker:
         random_token_ids=None,
         seed=0,
     ):
-        _check_positive_int("vocabulary_size", vocabulary_size)
-        _check_positive_int("max_predictions", max_predictions)
+        check_positive_int("vocabulary_size", vocabulary_size)
+        check_positive_int("max_predictions", max_predictions)
         for name, value in (("selection_rate", selection_rate),
                             ("mask_token_rate", mask_token_rate),
                             ("random_token_rate", random_token_rate)):
-            _check_rate(name, value)
+            check_number(name, value, 0, 1)
         if mask_token_rate + random_token_rate > 1:
             raise ValueError(
                 "`mask_token_rate + random_token_rate` must be at most 1. Received: "
                 f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}"
             )
-        ids = {"mask_token_id": [mask_token_id],
-               "unselectable_token_ids": list(unselectable_token_ids),
-               "continuation_token_ids": list(continuation_token_ids or []),
-               "random_token_ids": list(random_token_ids or [])}
-        for name, values in ids.items():
-            for value in values:
-                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not (
-                    0 <= value < vocabulary_size
-                ):
-                    raise ValueError(
-                        f"`{name}` must hold ids in [0, vocabulary_size={vocabulary_size}). "
-                        f"Received: {name}={ids[name] if name != 'mask_token_id' else value!r}"
-                    )
+        check_int("mask_token_id", mask_token_id, 0, vocabulary_size, meaning="a token id",
+                  high_name="vocabulary_size")
+        for name, values in (("unselectable_token_ids", unselectable_token_ids),
+                             ("continuation_token_ids", continuation_token_ids or []),
+                             ("random_token_ids", random_token_ids or [])):
+            check_int_sequence(name, list(values), 0, vocabulary_size, meaning="token ids",
+                               high_name="vocabulary_size")
         if whole_word_masking and not continuation_token_ids:
             raise ValueError(
                 "`whole_word_masking=True` needs `continuation_token_ids` (the `##` pieces); "
                 "`MaskedLMMasker.from_vocabulary` finds them. Received: continuation_token_ids="
                 f"{continuation_token_ids!r}"
             )
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"`seed` must be an int. Received: seed={seed!r}")
+        check_int("seed", seed)
         self.vocabulary_size = vocabulary_size
         self.mask_token_id = int(mask_token_id)
         self.unselectable_token_ids = sorted({int(i) for i in unselectable_token_ids})
@@ -317,13 +304,9 @@ class NextSentencePairs:
     """
 
     def __init__(self, documents, seed, random_next_rate=0.5, buffer_size=1000):
-        _check_rate("random_next_rate", random_next_rate)
-        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 2:
-            raise ValueError(
-                f"`buffer_size` must be an int >= 2. Received: buffer_size={buffer_size!r}"
-            )
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"`seed` must be an int. Received: seed={seed!r}")
+        check_number("random_next_rate", random_next_rate, 0, 1)
+        check_int("buffer_size", buffer_size, low=2)
+        check_int("seed", seed)
         self.documents = documents
         self.seed = seed
         self.random_next_rate = float(random_next_rate)

@@ -11,6 +11,8 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_attn.layers.validation import check_bool
+from keras_attn.layers.validation import check_int
 from keras_attn.text.vocabulary import check_vocabulary
 from keras_attn.text.vocabulary import load_vocabulary
 
@@ -113,21 +115,10 @@ class WordPieceTokenizer(keras.layers.Layer):
                 "`vocabulary` must be the path of a vocab.txt or a list of tokens. "
                 f"Received: vocabulary={type(vocabulary).__name__}"
             )
-        if not isinstance(lowercase, bool):
-            raise ValueError(f"`lowercase` must be a bool. Received: lowercase={lowercase!r}")
-        if strip_accents is not None and not isinstance(strip_accents, bool):
-            raise ValueError(
-                f"`strip_accents` must be a bool or None. Received: strip_accents={strip_accents!r}"
-            )
-        if (
-            isinstance(sequence_length, bool)
-            or not isinstance(sequence_length, int)
-            or (sequence_length < 2)
-        ):
-            raise ValueError(
-                "`sequence_length` must be an int >= 2 (room for [CLS] and [SEP]). "
-                f"Received: sequence_length={sequence_length!r}"
-            )
+        check_bool("lowercase", lowercase)
+        check_bool("strip_accents", strip_accents, optional=True)
+        check_int("sequence_length", sequence_length, low=2,
+                  meaning="room for [CLS] and [SEP]")
         if truncation not in TRUNCATION_STRATEGIES:
             raise ValueError(
                 f"`truncation` must be one of {TRUNCATION_STRATEGIES}. "
@@ -177,10 +168,7 @@ class WordPieceTokenizer(keras.layers.Layer):
 
     def id_to_token(self, id):
         """The token of one id (a Python int)."""
-        if isinstance(id, bool) or not isinstance(id, int) or not 0 <= id < len(self.vocabulary):
-            raise ValueError(
-                f"`id` must be an int in [0, {len(self.vocabulary)}). Received: id={id!r}"
-            )
+        check_int("id", id, 0, len(self.vocabulary), meaning="a token id")
         return self.vocabulary[id]
 
     def token_to_id(self, token):
