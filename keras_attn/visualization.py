@@ -189,6 +189,7 @@ def plot_position_embeddings(path, table, title="learned position embeddings"):
 
 def _pyplot():
     try:
+        # optional: matplotlib is only in the `docs` extra, needed for plotting alone
         import matplotlib
 
         matplotlib.use("Agg")

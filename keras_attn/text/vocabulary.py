@@ -9,6 +9,11 @@ silently wrong ids.
 
 import os
 
+import tensorflow as tf
+from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+
+from keras_attn.layers.validation import check_positive_int
+
 DEFAULT_RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -180,11 +185,6 @@ def train_wordpiece_vocabulary(
     Returns:
         list of str: the reserved tokens, then the learned tokens.
     """
-    import tensorflow as tf
-    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
-
-    from keras_attn.layers.validation import check_positive_int
-
     check_positive_int("vocabulary_size", vocabulary_size)
     check_positive_int("max_token_length", max_token_length)
     check_positive_int("max_unique_chars", max_unique_chars)
