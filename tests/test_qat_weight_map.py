@@ -11,6 +11,8 @@ from keras_attn.models import BertTokenClassifier
 from keras_attn.quantization import QatBert
 from keras_attn.quantization.qat_bert import _weight_pairs
 
+pytestmark = pytest.mark.tensorflow  # QatBert is the TFLite export path, as in test_qat_bert
+
 
 def backbone(fused_qkv=True):
     return BertBackbone(vocabulary_size=20, num_layers=2, num_heads=2, hidden_dim=4,
