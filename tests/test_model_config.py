@@ -42,13 +42,15 @@ def test_config_is_the_named_arguments_plus_name_trainable_dtype():
     assert _Scaled.config_arguments() == ("units", "scale", "inner")
 
 
-def test_nested_model_round_trips():
-    model = _Scaled(2, inner=tiny_bert(dropout=0.3), name="outer")
+def test_nested_model_and_dtype_policy_round_trip():
+    model = _Scaled(2, inner=tiny_bert(dropout=0.3, dtype="mixed_bfloat16"), name="outer")
     config = model.get_config()
     assert config["inner"]["class_name"] == "BertBackbone"
     clone = _Scaled.from_config(config)
     assert isinstance(clone.inner, BertBackbone)
     assert clone.inner.dropout == 0.3
+    assert clone.inner.dtype_policy.name == "mixed_bfloat16"
+    assert clone.inner.get_layer("pooled_dense").dtype_policy.name == "mixed_bfloat16"
     assert clone.get_config() == config
 
 

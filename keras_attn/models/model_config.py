@@ -24,8 +24,9 @@ class ModelConfig:
 
     Put it first among the bases: `class BertBackbone(ModelConfig, keras.Model)`.
     Arguments holding a Keras object (a backbone, a wrapped LM) are serialized with
-    `keras.saving.serialize_keras_object` and rebuilt by `from_config`; the model's dtype
-    policy is stored as `dtype`.
+    `keras.saving.serialize_keras_object` and rebuilt by `from_config`; the `dtype`
+    given to the constructor (`"mixed_bfloat16"`) becomes the model's dtype policy and
+    is stored as `dtype`.
 
     Example:
     >>> @keras.saving.register_keras_serializable(package="doctest")
@@ -42,6 +43,13 @@ class ModelConfig:
     >>> Affine.from_config(config).get_config() == config
     True
     """
+
+    def __init__(self, *args, dtype=None, **kwargs):
+        # keras.Model's functional constructor drops `dtype`: set the policy the layers
+        # were built with here, so that `get_config` records it.
+        super().__init__(*args, **kwargs)
+        if dtype is not None:
+            self.dtype_policy = dtype
 
     @classmethod
     def config_arguments(cls):
