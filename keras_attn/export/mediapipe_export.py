@@ -21,13 +21,14 @@ different scores. `score_with_mediapipe` counts those texts: it runs the same fi
 on our tokenizer's ids, so any difference from MediaPipe's scores is the tokenization.
 """
 
+import json
 import pathlib
 
 import numpy as np
 
 from keras_attn.export.tflite_metadata import embed_metadata
 
-MEDIAPIPE_VARIANTS = ("int8", "fp32")
+MEDIAPIPE_VARIANTS = ("fp32", "int8")  # fp32 first: it finds the texts tokenized differently
 # Same file, same ids: LiteRT and MediaPipe run the same kernels (measured max |dp| ~1e-7).
 SAME_IDS_TOLERANCE = 1e-5
 
@@ -111,7 +112,8 @@ def _litert_probabilities(path, tokenizer, texts):
     return run_tflite(path, inputs).astype("float64")
 
 
-def score_with_mediapipe(path, texts, keras_probabilities, labels, tokenizer):
+def score_with_mediapipe(path, texts, keras_probabilities, labels, tokenizer,
+                         tokenized_differently=None):
     """Agreement of MediaPipe's `TextClassifier` on `path` with the Keras float model.
 
     Args:
@@ -120,14 +122,18 @@ def score_with_mediapipe(path, texts, keras_probabilities, labels, tokenizer):
         keras_probabilities: `(N, C)` softmax of the Keras float model's logits on `texts`.
         labels: list of str, in output order.
         tokenizer: the export's `WordPieceTokenizer` (our ids, for the tokenization check).
+        tokenized_differently: `(N,)` bool array from the fp32 file's score, or `None` to
+            find it here: texts whose MediaPipe scores differ from the same file run by
+            LiteRT on our ids by more than `SAME_IDS_TOLERANCE`. Only a float file tells:
+            on the int8 file MediaPipe's and LiteRT's int8 kernels round differently
+            (|dp| ~1e-2 on the same ids) and the int8 output hides small differences.
 
     Returns:
         dict: `texts`, `label_agreement` (MediaPipe's top label equals Keras'),
-        `max_abs_probability_diff`, `tokenized_differently` (texts whose MediaPipe scores
-        differ from the same file run by LiteRT on our ids by more than
-        `SAME_IDS_TOLERANCE`), `tokenized_differently_non_ascii` (how many of those contain
-        a non-ASCII character), `max_abs_probability_diff_same_tokens` (over the other
-        texts) and `examples` (up to 5 texts tokenized differently).
+        `max_abs_probability_diff`, `tokenized_differently` (count),
+        `tokenized_differently_non_ascii` (how many of those contain a non-ASCII
+        character), `max_abs_probability_diff_same_tokens` (over the other texts),
+        `examples` (up to 5 texts tokenized differently) and `differs` (the `(N,)` mask).
     """
     texts = list(texts)
     reference = np.asarray(keras_probabilities, "float64")
@@ -136,10 +142,12 @@ def score_with_mediapipe(path, texts, keras_probabilities, labels, tokenizer):
                          f" (texts, labels). Received: shape={reference.shape}")
     with mediapipe_classifier(path) as classifier:
         scores = mediapipe_probabilities(classifier, texts, labels)
-    ours = _litert_probabilities(path, tokenizer, texts)
-    differs = np.abs(scores - ours).max(-1, initial=0.0) > SAME_IDS_TOLERANCE
+    differs = tokenized_differently
+    if differs is None:
+        ours = _litert_probabilities(path, tokenizer, texts)
+        differs = np.abs(scores - ours).max(-1, initial=0.0) > SAME_IDS_TOLERANCE
     different = [t for t, d in zip(texts, differs) if d]
-    same = ~differs
+    same = ~np.asarray(differs, bool)
     return {
         "texts": len(texts),
         "label_agreement": float(np.mean(scores.argmax(-1) == reference.argmax(-1)))
@@ -150,13 +158,14 @@ def score_with_mediapipe(path, texts, keras_probabilities, labels, tokenizer):
         "max_abs_probability_diff_same_tokens": float(
             np.abs(scores[same] - reference[same]).max(initial=0.0)),
         "examples": different[:5],
+        "differs": differs,
     }
 
 
 def write_mediapipe_artifacts(export_dir, card, vocabulary, texts, keras_probabilities,
                               tokenizer):
-    """Writes `model_{int8,fp32}_mediapipe.tflite` beside the export's `model_int8.tflite`
-    and `model_fp32.tflite`, and scores each with MediaPipe's `TextClassifier`.
+    """Writes `model_{fp32,int8}_mediapipe.tflite` beside the export's `model_fp32.tflite`
+    and `model_int8.tflite`, and scores each with MediaPipe's `TextClassifier`.
 
     Args:
         export_dir: a `keras-attn export` directory of a classifier.
@@ -167,21 +176,104 @@ def write_mediapipe_artifacts(export_dir, card, vocabulary, texts, keras_probabi
         tokenizer: the export's `WordPieceTokenizer`.
 
     Returns:
-        The report section: dict file name -> `score_with_mediapipe` dict (plus `size_bytes`).
+        The report section: dict file name -> `score_with_mediapipe` dict (without
+        `differs`, plus `size_bytes`); the texts tokenized differently are those of the fp32
+        file.
     """
     if card["task"] != "classification":
         raise ValueError("MediaPipe Tasks has a text classifier, no token classifier: only "
                          f"classification exports get MediaPipe files. Received: task="
                          f"{card['task']!r}")
     export_dir = pathlib.Path(export_dir)
-    section = {}
+    section, differs = {}, None
     for variant in MEDIAPIPE_VARIANTS:
         source = export_dir / f"model_{variant}.tflite"
         if not source.is_file():
             continue
         path = append_softmax(source, export_dir / f"model_{variant}_mediapipe.tflite")
         embed_metadata(path, card, vocabulary, card["labels"], mediapipe=True)
-        section[path.name] = {"size_bytes": path.stat().st_size,
-                              **score_with_mediapipe(path, texts, keras_probabilities,
-                                                     card["labels"], tokenizer)}
+        row = score_with_mediapipe(path, texts, keras_probabilities, card["labels"],
+                                   tokenizer, differs)
+        differs = row.pop("differs")
+        section[path.name] = {"size_bytes": path.stat().st_size, **row}
     return section
+
+
+def _keras_probabilities(model, tokenizer, texts, batch_size=32):
+    """Softmax of the Keras float classifier's logits on `texts`, `(N, C)` float64."""
+    import keras
+
+    rows = []
+    for start in range(0, len(texts), batch_size):
+        packed = tokenizer(texts[start:start + batch_size])
+        x = {name: np.asarray(packed[name]).astype("int32")
+             for name in ("token_ids", "segment_ids", "padding_mask")}
+        logits = keras.ops.convert_to_numpy(model(x, training=False)).astype("float64")
+        exp = np.exp(logits - logits.max(-1, keepdims=True))
+        rows.append(exp / exp.sum(-1, keepdims=True))
+    return np.concatenate(rows)
+
+
+def self_describing_tflite(export_dir, model, tokenizer, texts, log=None):
+    """What `keras-attn export` adds for issue 23, in one call: TFLite metadata in every
+    token-id `.tflite` file of `export_dir` (`embed_metadata`, from the export's
+    `model_card.json`, `vocab.txt`, `labels.txt`), and for a classifier the MediaPipe files
+    scored on `texts` (`write_mediapipe_artifacts`).
+
+    Without the `mediapipe` extra nothing is written and the section says why.
+
+    Returns:
+        The report section: `{"metadata": [file names], "mediapipe": {...} or None,
+        "error": None or str}`.
+    """
+    log = log or (lambda message: None)
+    export_dir = pathlib.Path(export_dir)
+    try:
+        import mediapipe  # noqa: F401 - the metadata schema code and TextClassifier
+    except ImportError as error:
+        message = f"TFLite metadata not written: {error} (pip install 'keras-attn[mediapipe]')"
+        log(message)
+        return {"metadata": [], "mediapipe": None, "error": message}
+    card = json.loads((export_dir / "model_card.json").read_text("utf-8"))
+    vocabulary = (export_dir / "vocab.txt").read_text("utf-8").rstrip("\n").split("\n")
+    embedded = []
+    for path in sorted(export_dir.glob("model_*.tflite")):
+        if path.name == "model_text.tflite" or path.stem.endswith("_mediapipe"):
+            continue  # text in (no token ids); MediaPipe files get their own flavour
+        embed_metadata(path, card, vocabulary, card["labels"])
+        embedded.append(path.name)
+    log(f"TFLite metadata (vocab.txt, labels.txt, model_card.json) in {', '.join(embedded)}")
+    section = None
+    if card["task"] == "classification":
+        texts = list(texts)
+        log(f"MediaPipe TextClassifier files, scored on {len(texts):,} texts")
+        section = write_mediapipe_artifacts(
+            export_dir, card, vocabulary, texts,
+            _keras_probabilities(model, tokenizer, texts), tokenizer)
+    return {"metadata": embedded, "mediapipe": section, "error": None}
+
+
+def self_describing_markdown(section):
+    """Report lines of `self_describing_tflite`'s section (empty for reports without it)."""
+    if not section:
+        return []
+    if section["error"]:
+        return ["", f"TFLite metadata was not written: {section['error']}"]
+    lines = ["", "## Self-describing TFLite files and MediaPipe", "",
+             "Vocabulary, labels and model card embedded as TFLite metadata in: "
+             + ", ".join(f"`{name}`" for name in section["metadata"]) + "."]
+    if section["mediapipe"]:
+        lines += ["", "MediaPipe `TextClassifier` vs the Keras float model (tokenized "
+                  "differently: MediaPipe's scores differ from LiteRT's on our ids for the "
+                  "same file; counted reliably on the fp32 file, the int8 output hides "
+                  "small differences):", "",
+                  "| file | texts | label agreement | max \\|Δp\\| | tokenized differently "
+                  "(non-ASCII) | max \\|Δp\\| same tokens | size |", "| --- " * 7 + "|"]
+        for name, row in section["mediapipe"].items():
+            lines.append(
+                f"| `{name}` | {row['texts']:,} | {row['label_agreement']:.4f} | "
+                f"{row['max_abs_probability_diff']:.2e} | {row['tokenized_differently']} "
+                f"({row['tokenized_differently_non_ascii']}) | "
+                f"{row['max_abs_probability_diff_same_tokens']:.2e} | "
+                f"{row['size_bytes'] / 1e6:.1f} MB |")
+    return lines

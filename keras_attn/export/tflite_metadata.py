@@ -34,6 +34,8 @@ import json
 import pathlib
 import zipfile
 
+import numpy as np
+
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
 # BertTokenizerOptions and associated files in process units need metadata parser 1.1.0.
@@ -163,13 +165,14 @@ def embed_metadata(path, card, vocabulary, labels, mediapipe=False, output_path=
             f"vocabulary_size={card['tokenizer']['vocabulary_size']}")
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(path.read_bytes()))
     content = _metadata_flatbuffer(model, card, mediapipe)
-    model.metadata = [m for m in (model.metadata or []) if m.name != METADATA_NAME.encode()]
-    buffer = schema.BufferT()
-    buffer.data = list(content)
-    model.buffers.append(buffer)
-    entry = schema.MetadataT()
-    entry.name, entry.buffer = METADATA_NAME.encode(), len(model.buffers) - 1
-    model.metadata.append(entry)
+    model.metadata = model.metadata or []
+    entry = next((m for m in model.metadata if m.name == METADATA_NAME.encode()), None)
+    if entry is None:  # else the earlier metadata's buffer is overwritten
+        model.buffers.append(schema.BufferT())
+        entry = schema.MetadataT()
+        entry.name, entry.buffer = METADATA_NAME.encode(), len(model.buffers) - 1
+        model.metadata.append(entry)
+    model.buffers[entry.buffer].data = np.frombuffer(content, "uint8")
     flat = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
     files = {CARD_FILE: json.dumps(card, indent=1, ensure_ascii=False) + "\n",
              VOCAB_FILE: "\n".join(vocabulary) + "\n", LABELS_FILE: "\n".join(labels) + "\n"}
@@ -251,6 +254,21 @@ class TFLiteSettings:
     card: dict
     vocabulary: list
     labels: list
+
+    def tokenizer(self):
+        """The `WordPieceTokenizer` of the card's settings over the embedded vocabulary."""
+        from keras_attn.text.tokenizer import WordPieceTokenizer
+
+        settings = self.card["tokenizer"]
+        return WordPieceTokenizer(self.vocabulary, lowercase=bool(settings["lowercase"]),
+                                  strip_accents=bool(settings["strip_accents"]),
+                                  sequence_length=int(self.card["sequence_length"]))
+
+    def label_vocabulary(self):
+        """The labels as a `LabelVocabulary`."""
+        from keras_attn.text.label_vocabulary import LabelVocabulary
+
+        return LabelVocabulary(self.labels)
 
 
 def settings_from_tflite(path):
