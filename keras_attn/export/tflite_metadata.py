@@ -174,16 +174,28 @@ def embed_metadata(path, card, vocabulary, labels, mediapipe=False, output_path=
         model.metadata.append(entry)
     model.buffers[entry.buffer].data = np.frombuffer(content, "uint8")
     flat = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
-    files = {CARD_FILE: json.dumps(card, indent=1, ensure_ascii=False) + "\n",
+    output_path = pathlib.Path(output_path or path)
+    output_path.write_bytes(append_associated_files(flat, side_files(card, vocabulary, labels)))
+    return output_path
+
+
+def side_files(card, vocabulary, labels):
+    """The associated files of a keras-attn model: name -> UTF-8 bytes, as the side files
+    `keras-attn export` writes (`model_card.json`, `vocab.txt`, `labels.txt`)."""
+    texts = {CARD_FILE: json.dumps(card, indent=1, ensure_ascii=False) + "\n",
              VOCAB_FILE: "\n".join(vocabulary) + "\n", LABELS_FILE: "\n".join(labels) + "\n"}
-    stream = io.BytesIO(flat)
+    return {name: text.encode("utf-8") for name, text in texts.items()}
+
+
+def append_associated_files(flatbuffer, files):
+    """`flatbuffer` (bytes of a model without a zip part) followed by a zip archive of
+    `files` (name -> bytes), entries stored, offsets counted from the start of the file."""
+    stream = io.BytesIO(flatbuffer)
     stream.seek(0, io.SEEK_END)
     with zipfile.ZipFile(stream, "a", compression=zipfile.ZIP_STORED) as archive:
-        for name, text in files.items():
-            archive.writestr(name, text.encode("utf-8"))
-    output_path = pathlib.Path(output_path or path)
-    output_path.write_bytes(stream.getvalue())
-    return output_path
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return stream.getvalue()
 
 
 def associated_files(path):
