@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 from keras_attn.export.mediapipe_export import append_softmax
+from keras_attn.export.mediapipe_export import keras_probabilities
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.tflite_classifier import LABELS
 from tests.tflite_classifier import LENGTH
 from tests.tflite_classifier import VOCABULARY
-from tests.tflite_classifier import keras_probabilities
 from tests.tflite_classifier import tiny_classifier
 
 pytestmark = pytest.mark.tensorflow

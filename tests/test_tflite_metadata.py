@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from keras_attn.export.golden_vectors import crf_card_section
+from keras_attn.export.mediapipe_export import keras_probabilities
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import associated_files
@@ -17,7 +18,6 @@ from keras_attn.export.tflite_metadata import settings_from_tflite
 from keras_attn.inference.predictor import load_predictor
 from tests.tflite_classifier import LABELS
 from tests.tflite_classifier import VOCABULARY
-from tests.tflite_classifier import keras_probabilities
 from tests.tflite_classifier import tiny_classifier
 
 pytestmark = pytest.mark.tensorflow
@@ -114,8 +114,10 @@ def test_files_without_metadata_and_inconsistent_metadata(classifier, tmp_path):
         embed_metadata(source, card, VOCABULARY[:-1], LABELS)
 
 
-def test_predict_runs_from_the_tflite_file_alone(classifier, tmp_path):
+def test_predict_runs_from_the_tflite_file_alone(classifier, tmp_path, capsys):
     pytest.importorskip("mediapipe", reason="writing metadata needs the mediapipe extra")
+    from keras_attn.cli import main
+
     model, _, tokenizer, _ = classifier
     path = _embedded(classifier, tmp_path)  # no vocab.txt, labels.txt, model_card.json
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model_fp32.tflite"]
@@ -125,3 +127,7 @@ def test_predict_runs_from_the_tflite_file_alone(classifier, tmp_path):
         assert result["label"] == LABELS[int(np.argmax(expected))]
         np.testing.assert_allclose([result["probabilities"][label] for label in LABELS],
                                    expected, atol=1e-5)
+    assert main(["predict", str(path), TEXTS[0]]) == 0
+    label = results[0]["label"]
+    assert capsys.readouterr().out.splitlines() == [
+        f"{label} (p={results[0]['probabilities'][label]:.2f})\t{TEXTS[0]}"]

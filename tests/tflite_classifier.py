@@ -3,7 +3,6 @@ labels, tokenizer and model card: the fixture of the TFLite metadata and MediaPi
 (one conversion, about 10 s)."""
 
 import keras
-import numpy as np
 
 from keras_attn.export.golden_vectors import model_card
 from keras_attn.export.tflite_export import export_tflite
@@ -29,13 +28,3 @@ def tiny_classifier(directory):
     tokenizer = WordPieceTokenizer(list(VOCABULARY), lowercase=True, sequence_length=LENGTH)
     card = model_card("classification", LABELS, LENGTH, tokenizer, lowercase=True)
     return model, results["fp32"]["path"], tokenizer, card
-
-
-def keras_probabilities(model, tokenizer, texts):
-    """Softmax of the Keras model's logits on `texts`, `(N, C)` float64."""
-    packed = tokenizer(list(texts))
-    x = {name: np.asarray(packed[name]).astype("int32")
-         for name in ("token_ids", "segment_ids", "padding_mask")}
-    logits = keras.ops.convert_to_numpy(model(x, training=False)).astype("float64")
-    exp = np.exp(logits - logits.max(-1, keepdims=True))
-    return exp / exp.sum(-1, keepdims=True)

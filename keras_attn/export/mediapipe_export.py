@@ -100,12 +100,12 @@ def mediapipe_probabilities(classifier, texts, labels):
     return np.asarray(rows, "float64").reshape(len(texts), len(labels))
 
 
-def _litert_probabilities(path, tokenizer, texts):
+def _litert_probabilities(path, tokenizer, texts, num_labels):
     """The file's output on our tokenizer's ids, run with LiteRT."""
     from keras_attn.export.tflite_export import run_tflite
 
     if not texts:
-        return np.zeros((0, 0))
+        return np.zeros((0, num_labels))
     packed = tokenizer(list(texts))
     inputs = {name: np.asarray(packed[name]).astype("int32")
               for name in ("token_ids", "segment_ids", "padding_mask")}
@@ -144,7 +144,7 @@ def score_with_mediapipe(path, texts, keras_probabilities, labels, tokenizer,
         scores = mediapipe_probabilities(classifier, texts, labels)
     differs = tokenized_differently
     if differs is None:
-        ours = _litert_probabilities(path, tokenizer, texts)
+        ours = _litert_probabilities(path, tokenizer, texts, len(labels))
         differs = np.abs(scores - ours).max(-1, initial=0.0) > SAME_IDS_TOLERANCE
     different = [t for t, d in zip(texts, differs) if d]
     same = ~np.asarray(differs, bool)
@@ -199,7 +199,7 @@ def write_mediapipe_artifacts(export_dir, card, vocabulary, texts, keras_probabi
     return section
 
 
-def _keras_probabilities(model, tokenizer, texts, batch_size=32):
+def keras_probabilities(model, tokenizer, texts, batch_size=32):
     """Softmax of the Keras float classifier's logits on `texts`, `(N, C)` float64."""
     import keras
 
@@ -249,7 +249,7 @@ def self_describing_tflite(export_dir, model, tokenizer, texts, log=None):
         log(f"MediaPipe TextClassifier files, scored on {len(texts):,} texts")
         section = write_mediapipe_artifacts(
             export_dir, card, vocabulary, texts,
-            _keras_probabilities(model, tokenizer, texts), tokenizer)
+            keras_probabilities(model, tokenizer, texts), tokenizer)
     return {"metadata": embedded, "mediapipe": section, "error": None}
 
 
