@@ -29,6 +29,7 @@ import keras
 import numpy as np
 
 from keras_attn.export.mediapipe_export import self_describing_markdown  # issue 23
+from keras_attn.export.mediapipe_export import self_describing_tflite  # issue 23
 
 TFLITE_FLOAT_VARIANTS = ("fp32", "fp16", "dynamic_int8", "int8_ptq")
 GOLDEN_DATA_EXAMPLES = 1000
@@ -508,7 +509,6 @@ class RunExporter:
         self._model_card(rows)
         golden = self._golden_vectors()
         # --- issue 23: metadata in every .tflite; MediaPipe files of a classifier ---------
-        from keras_attn.export.mediapipe_export import self_describing_tflite
         from keras_attn.text.hard_cases import HARD_CASES
 
         self_describing = self_describing_tflite(

@@ -165,10 +165,7 @@ class MainActivity : AppCompatActivity() {
         if (folder != CLASSIFY) return
         result.text = answer.label
         details.text = buildString {
-            for ((label, probability) in answer.probabilities) {
-                append(String.format(Locale.ROOT, "%-12s %6.2f %%  %s%n", label, 100 * probability,
-                    "█".repeat((probability * 20).toInt())))
-            }
+            append(probabilityBars(answer))
             append(String.format(Locale.ROOT, "%d tokens of %d", answer.numTokens, slot.card.sequenceLength))
             if (answer.numTruncated > 0) append(String.format(Locale.ROOT, ", %d pieces cut", answer.numTruncated))
         }
@@ -179,14 +176,17 @@ class MainActivity : AppCompatActivity() {
     private fun showMediaPipe(answer: Classification) {
         if (folder != CLASSIFY) return
         result.text = answer.label
-        details.text = buildString {
-            for ((label, probability) in answer.probabilities) {
-                append(String.format(Locale.ROOT, "%-12s %6.2f %%  %s%n", label, 100 * probability,
-                    "█".repeat((probability * 20).toInt())))
-            }
-        }
+        details.text = probabilityBars(answer)
         latency.text = String.format(Locale.ROOT, "%.1f ms (tokenize + model + decode) · MediaPipe TextClassifier",
             answer.latency.totalMs)
+    }
+
+    /** One line per label: name, percentage and a bar of up to 20 blocks. */
+    private fun probabilityBars(answer: Classification) = buildString {
+        for ((label, probability) in answer.probabilities) {
+            append(String.format(Locale.ROOT, "%-12s %6.2f %%  %s%n", label, 100 * probability,
+                "█".repeat((probability * 20).toInt())))
+        }
     }
 
     private fun showEntities(text: String, answer: Tagging, slot: ModelSlot) {

@@ -2,7 +2,6 @@ package dev.kerasattn.core
 
 import org.junit.Assert.assertEquals
 import org.junit.Assert.assertTrue
-import org.junit.Assert.fail
 import org.junit.Test
 import java.io.ByteArrayOutputStream
 import java.io.File
@@ -36,16 +35,6 @@ class ModelFileTest {
             }
         }
         return ByteBuffer.wrap(prefix.toByteArray(Charsets.ISO_8859_1) + zip.toByteArray())
-    }
-
-    private fun assetError(block: () -> Unit): String {
-        try {
-            block()
-        } catch (e: AssetException) {
-            return e.message ?: ""
-        }
-        fail("no AssetException")
-        return ""
     }
 
     @Test
