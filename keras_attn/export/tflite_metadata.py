@@ -101,12 +101,12 @@ def _metadata_flatbuffer(model, card, mediapipe):
             content=fb.ContentT(contentPropertiesType=fb.ContentProperties.FeatureProperties,
                                 contentProperties=fb.FeaturePropertiesT()),
             associatedFiles=[vocabulary] if name == "token_ids" else None))
-    probabilities = mediapipe
+    # The MediaPipe flavour goes only into files whose output is a softmax.
+    per_token = " of each token" if card["task"] == "ner" else ""
     output = fb.TensorMetadataT(
-        name="probability" if probabilities else "logits",
-        description=("Probabilities of the labels (softmax in the graph)." if probabilities
-                     else "Logits over the labels" + (" of each token." if card["task"] == "ner"
-                                                       else ".")),
+        name="probability" if mediapipe else "logits",
+        description=("Probabilities of the labels (softmax in the graph)." if mediapipe
+                     else f"Logits over the labels{per_token}."),
         content=fb.ContentT(contentPropertiesType=fb.ContentProperties.FeatureProperties,
                             contentProperties=fb.FeaturePropertiesT()),
         associatedFiles=[associated(LABELS_FILE, fb.AssociatedFileType.TENSOR_AXIS_LABELS,
