@@ -189,7 +189,13 @@ def side_files(card, vocabulary, labels):
 
 def append_associated_files(flatbuffer, files):
     """`flatbuffer` (bytes of a model without a zip part) followed by a zip archive of
-    `files` (name -> bytes), entries stored, offsets counted from the start of the file."""
+    `files` (name -> bytes), entries stored, offsets counted from the start of the file.
+
+    Example:
+    >>> data = append_associated_files(b"\\x08\\0\\0\\0TFL3", {"labels.txt": b"neg\\npos\\n"})
+    >>> zipfile.ZipFile(io.BytesIO(data)).read("labels.txt")
+    b'neg\\npos\\n'
+    """
     stream = io.BytesIO(flatbuffer)
     stream.seek(0, io.SEEK_END)
     with zipfile.ZipFile(stream, "a", compression=zipfile.ZIP_STORED) as archive:
@@ -293,6 +299,15 @@ def settings_from_tflite(path):
     Raises:
         TFLiteMetadataError: the file embeds a card but not the vocabulary or labels, or
             they disagree with it.
+
+    Example:
+    >>> import tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "model.tflite"
+    >>> card = {"task": "classification", "labels": ["neg", "pos"]}
+    >>> _ = path.write_bytes(append_associated_files(
+    ...     b"\\x08\\0\\0\\0TFL3", side_files(card, ["[PAD]", "[UNK]"], ["neg", "pos"])))
+    >>> settings_from_tflite(path).labels
+    ['neg', 'pos']
     """
     files = associated_files(path)
     if CARD_FILE not in files:
