@@ -209,10 +209,11 @@ def test_missing_and_inconsistent_side_files_are_clear_errors(classification, tm
         load_predictor(tmp_path / "model.bin")
     with pytest.raises(PredictorError, match="is not a run directory"):
         load_predictor(tmp_path)
-    alone = _copy([export / "model_fp32.tflite"], tmp_path / "alone")
-    with pytest.raises(PredictorError, match=r"model_card\.json is missing: model_fp32\.tflite "
+    # model_<variant>.tflite carries its card (TFLite metadata); model_text.tflite does not.
+    alone = _copy([export / "model_text.tflite"], tmp_path / "alone")
+    with pytest.raises(PredictorError, match=r"model_card\.json is missing: model_text\.tflite "
                                              "is decoded with the labels"):
-        load_predictor(alone / "model_fp32.tflite")
+        load_predictor(alone / "model_text.tflite")
     no_vocab = _copy([export / "model.onnx", export / "model_card.json"], tmp_path / "no_vocab")
     with pytest.raises(PredictorError, match=r"vocab\.txt is missing: model\.onnx takes token"):
         load_predictor(no_vocab / "model.onnx")

@@ -277,3 +277,39 @@ def test_export_results_script_checks_the_targets(classification, tmp_path, monk
     text = page.read_text()
     assert "with `--qat-epochs 0 --float-residual`." in text
     assert "| int8 size <= 27 % of fp32 |" in text
+
+
+def test_tflite_files_are_self_describing_and_run_in_mediapipe(classification, ner, tmp_path):
+    """Issue 23: metadata in every token-id .tflite file, MediaPipe files for a classifier."""
+    pytest.importorskip("mediapipe", reason="needs the mediapipe extra")
+    import shutil
+
+    from keras_attn.export.tflite_metadata import settings_from_tflite
+    from keras_attn.inference.predictor import load_predictor
+    from keras_attn.text.hard_cases import HARD_CASES
+
+    _, export_dir, report, _ = classification
+    section = report["self_describing_tflite"]
+    assert section["error"] is None
+    assert section["metadata"] == ["model_dynamic_int8.tflite", "model_fp16.tflite",
+                                   "model_fp32.tflite", "model_int8.tflite",
+                                   "model_int8_ptq.tflite"]
+    fp32 = section["mediapipe"]["model_fp32_mediapipe.tflite"]
+    int8 = section["mediapipe"]["model_int8_mediapipe.tflite"]
+    assert fp32["label_agreement"] == 1.0 and fp32["max_abs_probability_diff_same_tokens"] < 1e-5
+    assert int8["label_agreement"] >= 0.9
+    # Texts tokenized differently: non-ASCII, or ASCII with control characters.
+    controls = sum(t.isascii() and any(ord(c) < 32 and c not in "\t\n\r" or ord(c) == 127
+                                       for c in t) for t in HARD_CASES)
+    assert 0 < fp32["tokenized_differently_non_ascii"] <= fp32["tokenized_differently"] \
+        <= fp32["tokenized_differently_non_ascii"] + controls
+    assert "## Self-describing TFLite files and MediaPipe" in (
+        export_dir / "export_report.md").read_text()
+    card = json.loads((ner[1] / "model_card.json").read_text())
+    assert settings_from_tflite(ner[1] / "model_int8_ptq.tflite").card == card
+    assert ner[2]["self_describing_tflite"]["mediapipe"] is None
+    # `keras-attn predict` from the .tflite file alone gives what it gives with side files.
+    shutil.copyfile(export_dir / "model_int8.tflite", tmp_path / "model_int8.tflite")
+    texts = ["a good film", "bad plot", "Café"]
+    assert load_predictor(tmp_path / "model_int8.tflite").predict(texts) == \
+        load_predictor(export_dir / "model_int8.tflite").predict(texts)

@@ -1,10 +1,13 @@
 """Export of trained keras-attn models to deployable artifacts: TFLite (float, float16,
 dynamic-range int8, full int8 from QAT or PTQ, raw text in), ONNX, the TF Serving
-SavedModel, and `export_run`, the whole `keras-attn export` stage with its report.
+SavedModel, TFLite metadata and MediaPipe-ready classifiers, and `export_run`, the whole
+`keras-attn export` stage with its report.
 
 TensorFlow-specific by design (the converters are).
 """
 
+from keras_attn.export.mediapipe_export import append_softmax
+from keras_attn.export.mediapipe_export import write_mediapipe_artifacts
 from keras_attn.export.onnx_export import OnnxRunner
 from keras_attn.export.onnx_export import export_onnx
 from keras_attn.export.onnx_export import quantize_onnx_dynamic
@@ -26,6 +29,10 @@ from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import export_tflite
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.export.tflite_metadata import TFLiteMetadataError
+from keras_attn.export.tflite_metadata import embed_metadata
+from keras_attn.export.tflite_metadata import read_metadata
+from keras_attn.export.tflite_metadata import settings_from_tflite
 
 __all__ = [
     "TFLITE_VARIANTS",
@@ -35,9 +42,12 @@ __all__ = [
     "RunExporter",
     "ServingModule",
     "TFLiteExportError",
+    "TFLiteMetadataError",
+    "append_softmax",
     "benchmark_tflite",
     "check_builtins_only",
     "decode_text_entities",
+    "embed_metadata",
     "export_onnx",
     "export_run",
     "export_saved_model",
@@ -45,8 +55,11 @@ __all__ = [
     "export_tflite",
     "load_saved_model",
     "quantize_onnx_dynamic",
+    "read_metadata",
     "run_text_tflite",
     "run_tflite",
+    "settings_from_tflite",
     "text_interpreter",
     "tflite_op_report",
+    "write_mediapipe_artifacts",
 ]

@@ -28,6 +28,9 @@ import time
 import keras
 import numpy as np
 
+from keras_attn.export.mediapipe_export import self_describing_markdown  # issue 23
+from keras_attn.export.mediapipe_export import self_describing_tflite  # issue 23
+
 TFLITE_FLOAT_VARIANTS = ("fp32", "fp16", "dynamic_int8", "int8_ptq")
 GOLDEN_DATA_EXAMPLES = 1000
 
@@ -505,12 +508,20 @@ class RunExporter:
                 row["non_int8_ops"] = op_reports[variant]["non_int8_ops"]
         self._model_card(rows)
         golden = self._golden_vectors()
+        # --- issue 23: metadata in every .tflite; MediaPipe files of a classifier ---------
+        from keras_attn.text.hard_cases import HARD_CASES
+
+        self_describing = self_describing_tflite(
+            self.output_dir, self.model, self._tokenizer(),
+            list(HARD_CASES) + self._data_texts(len(self.examples)), self.log)
+        # --- end of issue 23 ----------------------------------------------------------------
         report = {
             "source_run": str(self.run_dir.resolve()), "task": self.task.name,
             "metric": self.task.metric, "eval_split": self.eval_split,
             "eval_examples": len(self.examples), "sequence_length": self.length,
             "artifacts": rows, "golden_vectors": golden,
             "model_text_tflite_error": text_error,
+            "self_describing_tflite": self_describing,  # issue 23
             "machine": _machine(), "seconds": round(time.perf_counter() - started, 1),
             "options": {name: list(value) if isinstance(value, tuple) else value  # as JSON
                         for name, value in dataclasses.asdict(self.options).items()},
@@ -656,6 +667,7 @@ def report_markdown(report):
         if "ops" in row:
             ops = ", ".join(f"{op} {count}" for op, count in row["ops"].items())
             lines.append(f"- `{row['artifact']}`: {ops}")
+    lines += self_describing_markdown(report.get("self_describing_tflite"))  # issue 23
     if report.get("model_text_tflite_error"):
         lines += ["", f"`model_text.tflite` was not written: {report['model_text_tflite_error']}"]
     lines.append("")

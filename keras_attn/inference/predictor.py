@@ -9,7 +9,8 @@ entities out.
 - a `saved_model/` directory: `serving_default`, text in, tokenizer and decoding in-graph
   (labels and task from its `metadata` signature);
 - `model_<variant>.tflite` with token-id inputs: LiteRT, one text at a time (`vocab.txt`,
-  `model_card.json`);
+  `model_card.json`, or without them the copies embedded in the file's TFLite metadata,
+  `keras_attn.export.tflite_metadata`);
 - `model_text.tflite` (text input): LiteRT with the tf-text custom ops (`model_card.json`);
 - `model.onnx`, `model_dynamic_int8.onnx`: onnxruntime (`vocab.txt`, `model_card.json`).
 
@@ -367,6 +368,20 @@ def _check_outputs(artifact, shape, card, labels):
             "the files come from different exports; copy them from the same export directory")
 
 
+def _embedded_settings(path):
+    """The `TFLiteSettings` embedded in a `.tflite` file when no `model_card.json` lies
+    beside it (side files win when present), else `None`."""
+    from keras_attn.export.tflite_metadata import TFLiteMetadataError
+    from keras_attn.export.tflite_metadata import settings_from_tflite
+
+    if (path.parent / "model_card.json").is_file():
+        return None
+    try:
+        return settings_from_tflite(path)
+    except TFLiteMetadataError as error:
+        raise PredictorError(str(error)) from None
+
+
 def _load_tflite(path, num_threads):
     from keras_attn.export.text_tflite import text_interpreter
 
@@ -377,14 +392,16 @@ def _load_tflite(path, num_threads):
             from None
     runner = interpreter.get_signature_runner()
     inputs = runner.get_input_details()
-    card, labels = _read_card(path)
+    embedded = _embedded_settings(path)
+    card, labels = _read_card(path) if embedded is None else (embedded.card,
+                                                              embedded.label_vocabulary())
     if set(inputs) == {"text"}:
         return TextTFLitePredictor(path, runner, card, labels)
     if set(inputs) != set(ID_INPUTS):
         raise PredictorError(
             f"{path} has inputs {sorted(inputs)}; keras-attn TFLite models take `text` or "
             f"{list(ID_INPUTS)}")
-    tokenizer = _card_tokenizer(path, card)
+    tokenizer = _card_tokenizer(path, card) if embedded is None else embedded.tokenizer()
     length = int(inputs["token_ids"]["shape"][1])
     if length != tokenizer.sequence_length:
         raise PredictorError(

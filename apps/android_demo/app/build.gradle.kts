@@ -47,14 +47,18 @@ dependencies {
     // LiteRT (formerly TensorFlow Lite) from Google's Maven; the Interpreter API lives in the
     // package org.tensorflow.lite. 1.4.2 is the current release of the Interpreter line.
     implementation("com.google.ai.edge.litert:litert:1.4.2")
+    // MediaPipe Tasks' TextClassifier, the Classify tab's second engine (MediaPipeSlot).
+    implementation("com.google.mediapipe:tasks-text:0.10.14")
     implementation("androidx.appcompat:appcompat:1.7.1")
     implementation("com.google.android.material:material:1.12.0")
 }
 
 // ./gradlew :app:copyModelAssets -PartifactDir=EXPORT_DIR[,EXPORT_DIR2] [-PmodelVariant=int8]
-// Copies model_<variant>.tflite, vocab.txt, labels.txt and model_card.json of each export
-// directory (`keras-attn export` output) into assets/classify/ or assets/entities/, chosen
-// by the card's task.
+// Copies model_<variant>.tflite of each export directory (`keras-attn export` output) into
+// assets/classify/ or assets/entities/, chosen by the card's task. A model file with TFLite
+// metadata carries its card, vocabulary and labels; for one without, vocab.txt, labels.txt and
+// model_card.json are copied beside it. A classifier's model_<variant>_mediapipe.tflite (else
+// model_int8_mediapipe.tflite) becomes model_mediapipe.tflite, the MediaPipe engine's file.
 val assetsRoot = layout.projectDirectory.dir("src/main/assets")
 
 tasks.register("copyModelAssets") {
@@ -86,8 +90,17 @@ tasks.register("copyModelAssets") {
             val target = assetsRoot.dir(slot).asFile
             target.deleteRecursively()
             target.mkdirs()
-            File(dir, "model_${variant.get()}.tflite").copyTo(File(target, "model.tflite"))
-            for (name in needed.drop(1)) File(dir, name).copyTo(File(target, name))
+            val model = File(dir, "model_${variant.get()}.tflite")
+            model.copyTo(File(target, "model.tflite"))
+            val selfDescribing = try {
+                java.util.zip.ZipFile(model).use { it.getEntry("model_card.json") != null }
+            } catch (e: java.util.zip.ZipException) {
+                false  // no associated files appended
+            }
+            if (!selfDescribing) for (name in needed.drop(1)) File(dir, name).copyTo(File(target, name))
+            val mediaPipe = listOf("model_${variant.get()}_mediapipe.tflite", "model_int8_mediapipe.tflite")
+                .map { File(dir, it) }.firstOrNull { it.isFile }
+            if (slot == "classify" && mediaPipe != null) mediaPipe.copyTo(File(target, "model_mediapipe.tflite"))
             File(target, "model_variant.txt").writeText(variant.get() + "\n")
             logger.lifecycle("copied $dir (${card["task"]}, model_${variant.get()}.tflite) -> $target")
         }

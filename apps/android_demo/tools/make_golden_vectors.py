@@ -4,7 +4,8 @@ Usage: python apps/android_demo/tools/make_golden_vectors.py OUT_DIR
 
 Builds three tiny models with seeded random weights on all-MiniLM-L6-v2's vocabulary and
 writes, for each, what `keras-attn export` writes for a real run (`model_card.json`,
-`vocab.txt`, `labels.txt`, `golden_vectors.jsonl`, through `keras_attn.export.golden_vectors`):
+`vocab.txt`, `labels.txt`, `golden_vectors.jsonl`, through `keras_attn.export.golden_vectors`;
+and `embedded_files.tflite`, the first three as a `.tflite` file embeds them):
 
 - `classification/`: a `BertClassifier`, uncased; texts: the hard cases, a Unicode sweep and
   1,000 SST-2 sentences (dev, then test);
@@ -31,6 +32,7 @@ DATA_SENTENCES = 1000
 SWEEP_TEXTS = 300
 NER_LABELS = ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
 SST2_LABELS = ["negative", "positive"]
+EMPTY_FLATBUFFER = b"\x08\x00\x00\x00TFL3" + bytes(8)  # root offset, file identifier
 
 
 def shared_data():
@@ -144,6 +146,7 @@ def _predictor(model, output=None):
 def write_model(out_dir, task, model, tokenizer, labels, texts, crf=None, predict=None):
     """Writes the four files of one model into `out_dir` and returns the record count."""
     from keras_attn.export import golden_vectors
+    from keras_attn.export import tflite_metadata
     from keras_attn.version import __version__
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +157,10 @@ def write_model(out_dir, task, model, tokenizer, labels, texts, crf=None, predic
         task, labels, SEQUENCE_LENGTH, tokenizer, lowercase=tokenizer.lowercase, crf=crf,
         source_run=f"random weights ({pathlib.Path(__file__).name})", version=__version__)
     golden_vectors.write_model_card(out_dir / "model_card.json", card)
+    # The same three files as a .tflite file embeds them (ModelFileTest): a flatbuffer header
+    # (identifier TFL3) without a model, then the zip `embed_metadata` appends.
+    (out_dir / "embedded_files.tflite").write_bytes(tflite_metadata.append_associated_files(
+        EMPTY_FLATBUFFER, tflite_metadata.side_files(card, tokenizer.get_vocabulary(), labels)))
     return golden_vectors.write_golden_vectors(
         out_dir / "golden_vectors.jsonl", texts, task, tokenizer,
         predict or _predictor(model), labels, crf=crf)

@@ -9,6 +9,7 @@ import android.text.Spanned
 import android.text.style.BackgroundColorSpan
 import android.view.View
 import android.widget.Button
+import android.widget.CheckBox
 import android.widget.EditText
 import android.widget.SeekBar
 import android.widget.TextView
@@ -30,6 +31,7 @@ class MainActivity : AppCompatActivity() {
     private lateinit var threadsLabel: TextView
     private lateinit var threadsBar: SeekBar
     private lateinit var runButton: Button
+    private lateinit var mediaPipe: CheckBox
     private lateinit var result: TextView
     private lateinit var details: TextView
     private lateinit var latency: TextView
@@ -39,6 +41,7 @@ class MainActivity : AppCompatActivity() {
     private val worker: ExecutorService = Executors.newSingleThreadExecutor()
     private val main = Handler(Looper.getMainLooper())
     private val slots = HashMap<String, ModelSlot>()  // touched on the worker thread only
+    private var mediaPipeSlot: MediaPipeSlot? = null  // the worker thread only
     private val texts = mutableMapOf<String, String>()
     private var folder = CLASSIFY
 
@@ -50,6 +53,7 @@ class MainActivity : AppCompatActivity() {
         threadsLabel = findViewById(R.id.threads_label)
         threadsBar = findViewById(R.id.threads)
         runButton = findViewById(R.id.run)
+        mediaPipe = findViewById(R.id.mediapipe)
         result = findViewById(R.id.result)
         details = findViewById(R.id.details)
         latency = findViewById(R.id.latency)
@@ -88,6 +92,8 @@ class MainActivity : AppCompatActivity() {
         worker.execute {
             for (slot in slots.values) slot.close()
             slots.clear()
+            mediaPipeSlot?.close()
+            mediaPipeSlot = null
         }
         worker.shutdown()
         super.onDestroy()
@@ -95,6 +101,7 @@ class MainActivity : AppCompatActivity() {
 
     private fun showTab() {
         input.setText(texts[folder])
+        mediaPipe.visibility = if (folder == CLASSIFY) View.VISIBLE else View.GONE
         result.text = ""
         details.text = ""
         latency.text = ""
@@ -116,10 +123,17 @@ class MainActivity : AppCompatActivity() {
         val text = input.text.toString()
         val threads = threadsBar.progress + 1
         val current = folder
+        val useMediaPipe = current == CLASSIFY && mediaPipe.isChecked
         error.text = ""
         runButton.isEnabled = false
         worker.execute {
             try {
+                if (useMediaPipe) {
+                    val engine = mediaPipeSlot ?: MediaPipeSlot(applicationContext, threads).also { mediaPipeSlot = it }
+                    val answer = engine.classify(text)
+                    main.post { showMediaPipe(answer) }
+                    return@execute
+                }
                 val slot = slot(current, threads)
                 if (current == CLASSIFY) {
                     val answer = slot.classify(text)
@@ -151,14 +165,28 @@ class MainActivity : AppCompatActivity() {
         if (folder != CLASSIFY) return
         result.text = answer.label
         details.text = buildString {
-            for ((label, probability) in answer.probabilities) {
-                append(String.format(Locale.ROOT, "%-12s %6.2f %%  %s%n", label, 100 * probability,
-                    "█".repeat((probability * 20).toInt())))
-            }
+            append(probabilityBars(answer))
             append(String.format(Locale.ROOT, "%d tokens of %d", answer.numTokens, slot.card.sequenceLength))
             if (answer.numTruncated > 0) append(String.format(Locale.ROOT, ", %d pieces cut", answer.numTruncated))
         }
         latency.text = describe(answer.latency, slot)
+    }
+
+    /** MediaPipe's answer: its labels and scores (probabilities: the file ends in a softmax). */
+    private fun showMediaPipe(answer: Classification) {
+        if (folder != CLASSIFY) return
+        result.text = answer.label
+        details.text = probabilityBars(answer)
+        latency.text = String.format(Locale.ROOT, "%.1f ms (tokenize + model + decode) · MediaPipe TextClassifier",
+            answer.latency.totalMs)
+    }
+
+    /** One line per label: name, percentage and a bar of up to 20 blocks. */
+    private fun probabilityBars(answer: Classification) = buildString {
+        for ((label, probability) in answer.probabilities) {
+            append(String.format(Locale.ROOT, "%-12s %6.2f %%  %s%n", label, 100 * probability,
+                "█".repeat((probability * 20).toInt())))
+        }
     }
 
     private fun showEntities(text: String, answer: Tagging, slot: ModelSlot) {

@@ -3,7 +3,9 @@ package dev.kerasattn.demo
 import android.content.res.AssetManager
 import dev.kerasattn.core.AssetException
 import dev.kerasattn.core.Entities
+import dev.kerasattn.core.ModelAssets
 import dev.kerasattn.core.ModelCard
+import dev.kerasattn.core.ModelFile
 import dev.kerasattn.core.Ner
 import dev.kerasattn.core.Scores
 import dev.kerasattn.core.TextTables
@@ -32,9 +34,11 @@ data class Classification(
 data class Tagging(val entities: Entities, val numTruncatedWords: Int, val latency: Latency)
 
 /**
- * One exported model in `assets/<folder>/` (`model.tflite`, `vocab.txt`, `labels.txt`,
- * `model_card.json`, copied by the `copyModelAssets` Gradle task), checked against its card
- * when loaded, and run with the LiteRT Interpreter (XNNPACK on the CPU).
+ * One exported model in `assets/<folder>/` (`model.tflite`, copied by the `copyModelAssets`
+ * Gradle task), checked against its card when loaded, and run with the LiteRT Interpreter
+ * (XNNPACK on the CPU). The card, vocabulary and labels come from the model file itself
+ * ([ModelFile]: the TFLite metadata's associated files), or from `model_card.json`,
+ * `vocab.txt` and `labels.txt` beside it for exports without metadata.
  *
  * Not thread-safe: the activity calls it from its single inference thread only.
  *
@@ -53,23 +57,29 @@ class ModelSlot(assets: AssetManager, val folder: String, val threads: Int) : Au
     private val outputName: String
 
     init {
-        val cardText = readText(assets, "model_card.json")
-        card = ModelCard.parse(cardText, "$folder/model_card.json")
+        val model = mapModel(assets, "$folder/model.tflite")
+        // A self-describing model file carries its card, vocabulary and labels; older exports
+        // need the side files beside it.
+        val embedded = ModelFile.associatedFiles(model, "$folder/model.tflite")
+        val described = if (ModelFile.CARD in embedded) {
+            ModelFile.assets(model, tables, "$folder/model.tflite")
+        } else {
+            sideFiles(assets)
+        }
+        card = described.card
+        tokenizer = described.tokenizer
         val expectedTask = if (folder == "entities") "ner" else "classification"
         if (card.task != expectedTask) {
-            throw AssetException("$folder/model_card.json is a ${card.task} model, this tab needs $expectedTask: " +
+            throw AssetException("$folder/model.tflite is a ${card.task} model, this tab needs $expectedTask: " +
                 "copy the export directories again with copyModelAssets")
         }
-        tokenizer = card.tokenizer(readText(assets, "vocab.txt").lines().dropLastWhile { it.isEmpty() }, tables,
-            "$folder/vocab.txt")
-        card.checkLabels(readText(assets, "labels.txt").lines(), "$folder/labels.txt")
         variant = try {
             readText(assets, "model_variant.txt").trim()
         } catch (e: AssetException) {
             "unknown variant"
         }
         val options = Interpreter.Options().setNumThreads(threads).setUseXNNPACK(true)
-        interpreter = Interpreter(mapModel(assets, "$folder/model.tflite"), options)
+        interpreter = Interpreter(model, options)
         val keys = interpreter.signatureKeys
         if (keys.size != 1) {
             interpreter.close()
@@ -130,6 +140,14 @@ class ModelSlot(assets: AssetManager, val folder: String, val threads: Int) : Au
     }
 
     override fun close() = interpreter.close()
+
+    private fun sideFiles(assets: AssetManager): ModelAssets {
+        val card = ModelCard.parse(readText(assets, "model_card.json"), "$folder/model_card.json")
+        val vocabulary = readText(assets, "vocab.txt").lines().dropLastWhile { it.isEmpty() }
+        val tokenizer = card.tokenizer(vocabulary, tables, "$folder/vocab.txt")
+        card.checkLabels(readText(assets, "labels.txt").lines(), "$folder/labels.txt")
+        return ModelAssets(card, vocabulary, tokenizer)
+    }
 
     private fun readText(assets: AssetManager, name: String): String = try {
         assets.open("$folder/$name").use { it.readBytes().toString(Charsets.UTF_8) }

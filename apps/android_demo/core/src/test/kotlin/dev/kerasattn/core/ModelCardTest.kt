@@ -2,7 +2,6 @@ package dev.kerasattn.core
 
 import org.junit.Assert.assertEquals
 import org.junit.Assert.assertTrue
-import org.junit.Assert.fail
 import org.junit.Test
 
 /** Asset checks: card fields, vocabulary size, labels and the model's tensor shapes. */
@@ -19,16 +18,6 @@ class ModelCardTest {
                        "cls_token_id": 2, "sep_token_id": 3, "pad_token_id": 0, "unknown_token_id": 1,
                        "max_word_bytes": 100},
          "crf": $crf}"""
-
-    private fun assetError(block: () -> Unit): String {
-        try {
-            block()
-        } catch (e: AssetException) {
-            return e.message ?: ""
-        }
-        fail("no AssetException")
-        return ""
-    }
 
     @Test
     fun readsTheFieldsTheAppNeeds() {
