@@ -458,18 +458,56 @@ def test_hostile_bodies_get_400_before_model_work(server, body, message):
     good_answer(server)
 
 
-@pytest.mark.parametrize("headers", [
-    b"Content-Length: 2_0\r\n",
-    b"Content-Length: 20\r\nContent-Length: 21\r\n",
-    b"Content-Length: -1\r\n",
-    b"Content-Length: 20\r\nTransfer-Encoding: chunked\r\n",
+@pytest.mark.parametrize("headers, message", [
+    (b"Content-Length: 2_0\r\n", "Content-Length '2_0' is not a number"),
+    (b"Content-Length: 20\r\nContent-Length: 21\r\n", "2 Content-Length headers"),
+    (b"Content-Length: 20\r\ncontent-length: 20\r\n", "2 Content-Length headers"),
+    (b"Content-Length: 20, 20\r\n", "Content-Length '20, 20'"),
+    (b"Content-Length: -1\r\n", "Content-Length '-1' is not a number"),
+    (b"Content-Length: 20\r\nX: a\x00b\r\n", "Malformed HTTP request"),
+    (b"Content-Length: 20\r\nTransfer-Encoding: chunked\r\n", "Transfer-Encoding"),
 ])
-def test_content_length_is_strict(server, headers):
+def test_content_length_is_strict(server, headers, message):
+    """One Content-Length of digits: identical duplicates and lists (which h11 merges into
+    one value) are rejected too, with a JSON error."""
     body = json.dumps({"instances": ["good"]}).encode()[:20]
-    status, _ = raw(server, b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\n" + headers +
-                    b"\r\n" + body)
+    status, answer = raw(server, b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\n" +
+                         headers + b"\r\n" + body)
     assert status == 400
+    assert message in json.loads(answer)["error"]
     good_answer(server)
+
+
+def test_content_length_of_pipelined_requests_is_checked(server):
+    """The second request of one write, after a body, is checked as strictly as the first."""
+    body = json.dumps({"instances": ["good"]}).encode()
+    first = (b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+             str(len(body)).encode() + b"\r\n\r\n" + body)
+    second = (b"GET /v1/models/sst HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+              b"Content-Length: 0\r\n\r\n")
+    with socket.create_connection(server[0].server_address, timeout=10) as sock:
+        sock.sendall(first + second)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 200"), received[:200]
+    assert b"HTTP/1.1 400" in received and b"2 Content-Length headers" in received, received
+
+
+def test_keep_alive_answers_are_not_held_by_delayed_acks(server):
+    """Answers leave at once (TCP_NODELAY): on a keep-alive connection each answer's body
+    used to wait ~40 ms for the client's delayed ACK of its headers."""
+    connection = http.client.HTTPConnection(*server[0].server_address[:2], timeout=60)
+    connection.connect()
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    times = []
+    for _ in range(12):
+        started = time.perf_counter()
+        connection.request("GET", "/v1/models/sst")
+        connection.getresponse().read()
+        times.append(time.perf_counter() - started)
+    connection.close()
+    assert np.median(times[2:]) < 0.02, times
 
 
 def test_slow_clients_are_cut_off_at_their_deadlines(tight_server):
@@ -513,6 +551,7 @@ def test_connections_are_bounded(tight_server):
         time.sleep(0.2)  # accepted by the server
         status, body = raw(tight_server, b"GET /v1/models/sst HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 503, body
+        assert "--max-connections" in json.loads(body)["error"]  # TF Serving's error body
     finally:
         for sock in held:
             sock.close()

@@ -622,22 +622,102 @@ class ServerLimits:
                                  f"Received: {field.name}={value!r}")
 
 
-def _protocol_class(header_timeout):
-    """uvicorn's h11 protocol with a deadline for each request's line and headers: uvicorn
-    only times out idle keep-alive connections, so a client trickling header bytes would hold
-    its connection forever."""
+class _HeadScanner:
+    """Follows the request heads of one connection's byte stream (bodies framed by their
+    Content-Length) and checks each head's Content-Length strictly: h11 merges identical
+    duplicates and lists (`20, 20`) into one value, so the application never sees them."""
+
+    def __init__(self, max_head_bytes):
+        self.max_head_bytes = max_head_bytes
+        self.head = b""  # the current head, while it arrives
+        self.body_left = 0  # bytes of the current body still to come
+        self.lost = False  # a chunked body or an oversized head: h11 alone checks the rest
+
+    def feed(self, data):
+        """`(error, good)`: the message of the first bad head in `data` (or `None`), and how
+        many bytes of `data` come before that head (all of them when none is bad)."""
+        offset = 0
+        while offset < len(data) and not self.lost:
+            if self.body_left:
+                skipped = min(self.body_left, len(data) - offset)
+                self.body_left -= skipped
+                offset += skipped
+                continue
+            head_start = offset - len(self.head)  # negative: the head began in earlier data
+            self.head += data[offset:]
+            end = _HEAD_END.search(self.head)
+            if end is None:
+                self.lost = len(self.head) > self.max_head_bytes
+                return None, len(data)
+            offset = head_start + end.end()
+            head, self.head = self.head[:end.start()], b""
+            error = self._check(head)
+            if error is not None:
+                self.lost = True
+                return error, max(head_start, 0)
+        return None, len(data)
+
+    def _check(self, head):
+        lengths = _CONTENT_LENGTH.findall(head)
+        if len(lengths) > 1:
+            return f"The request has {len(lengths)} Content-Length headers: send exactly one"
+        if lengths and not lengths[0].isdigit():
+            value = lengths[0].decode("latin-1")[:40]
+            return f"Content-Length {value!r} is not a number of bytes: send digits only"
+        self.lost = _TRANSFER_ENCODING.search(head) is not None
+        self.body_left = int(lengths[0]) if lengths else 0
+        return None
+
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length[ \t]*:[ \t]*(.*?)[ \t]*\r?$")
+_TRANSFER_ENCODING = re.compile(rb"(?im)^transfer-encoding[ \t]*:")
+
+
+def _protocol_class(limits):
+    """uvicorn's h11 protocol with a deadline for each request's line and headers (uvicorn
+    only times out idle keep-alive connections, so a client trickling header bytes would
+    hold its connection forever), strict Content-Length checks and JSON error bodies."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class HeaderDeadlineProtocol(H11Protocol):
+    class ServerProtocol(H11Protocol):
         _header_timer = None
 
         def connection_made(self, transport):
             super().connection_made(transport)
+            self._heads = _HeadScanner(limits.max_header_bytes)
+            self._bad_head = None  # the error of a bad head, answered after earlier requests
             self._arm_header_deadline()
+
+        def data_received(self, data):
+            if self._bad_head is not None:
+                return  # the connection closes after the 400 of a bad head
+            self._bad_head, good = self._heads.feed(data)
+            if good:
+                super().data_received(data[:good])
+            if self._bad_head is not None and not self.transport.is_closing():
+                if self.cycle is None or self.cycle.response_complete:
+                    self.send_400_response(self._bad_head)
+                # else: on_response_complete sends it after the answer under way
+
+
+        def send_400_response(self, msg):
+            """The 400 of a malformed request, as TF Serving's `{"error": ...}`."""
+            if msg == "Invalid HTTP request received.":  # uvicorn's words for h11's errors
+                msg = ("Malformed HTTP request (request line, headers or Content-Length): "
+                       "see RFC 9112")
+            data = json.dumps({"error": msg}).encode("utf-8")
+            self.transport.write(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(data)).encode() + b"\r\nConnection: close"
+                b"\r\n\r\n" + data)
+            self.transport.close()
 
         def on_response_complete(self):
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if self._bad_head is not None and not self.transport.is_closing():
+                self.send_400_response(self._bad_head)
+            elif not self.transport.is_closing():
                 self._arm_header_deadline()
 
         def connection_lost(self, exc):
@@ -653,9 +733,9 @@ def _protocol_class(header_timeout):
                 if self.cycle is waiting_for and not self.transport.is_closing():
                     self.transport.close()  # no request's headers since the timer was set
 
-            self._header_timer = self.loop.call_later(header_timeout, expire)
+            self._header_timer = self.loop.call_later(limits.header_timeout, expire)
 
-    return HeaderDeadlineProtocol
+    return ServerProtocol
 
 
 class _App:
@@ -666,6 +746,7 @@ class _App:
         self.api = api
         self.limits = limits
         self.log = log
+        self.server_state = None  # uvicorn's: the open connections and requests in progress
         self.executor = concurrent.futures.ThreadPoolExecutor(
             limits.workers, thread_name_prefix="keras-attn-model")
         self.batcher = RequestBatcher(
@@ -700,6 +781,10 @@ class _App:
     async def _respond(self, scope, receive):
         """`(status, response dict, close connection)`; never raises."""
         close = False
+        state, most = self.server_state, self.limits.max_connections
+        if state is not None and (len(state.connections) > most or len(state.tasks) > most):
+            return 503, {"error": f"The server is busy: more than {most} connections or "
+                         "requests in progress (--max-connections); retry later"}, True
         try:
             async with asyncio.timeout(self.limits.request_timeout):
                 try:
@@ -786,7 +871,9 @@ class HttpServer:
         self.limits = limits
         self.app = _App(api, limits, log)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+        # and without it each answer's body waits for the client's delayed ACK (~40 ms).
+        self.socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.socket.bind((host, port))
@@ -796,13 +883,14 @@ class HttpServer:
         self.socket.listen(limits.backlog)  # connections queue from now on, served once running
         self.server_address = self.socket.getsockname()[:2]
         config = uvicorn.Config(
-            self.app, http=_protocol_class(limits.header_timeout), lifespan="off",
+            self.app, http=_protocol_class(limits), lifespan="off",
             log_config=None, access_log=False, log_level="warning",
-            limit_concurrency=limits.max_connections,
             backlog=limits.backlog, timeout_keep_alive=limits.keep_alive_timeout,
             h11_max_incomplete_event_size=limits.max_header_bytes,
             timeout_graceful_shutdown=limits.request_timeout, server_header=False)
         self.server = uvicorn.Server(config)
+        # The connection limit is the app's (uvicorn's limit_concurrency answers plain text).
+        self.app.server_state = self.server.server_state
         self._stopped = threading.Event()
 
     def serve_forever(self):
