@@ -569,7 +569,26 @@ def test_ner_answers_grow_with_each_text_not_with_the_longest(saved_models):
     assert status == 200
     assert [len(p["words"]) for p in body["predictions"]] == [2000] + [1] * 63
     answer = json.dumps(body).encode()
-    assert len(answer) < 12 * len(request_body) + 2000 * len(texts), len(answer)
+    assert len(answer) <= 16 * len(request_body) + 2048 * len(texts), len(answer)
+
+
+def test_columnar_ner_answers_are_bounded_by_the_request(saved_models):
+    """Columnar answers are tensors padded to the longest row: one long text among short ones
+    would multiply the request (10 MB for 20 KB); past 16 x the request + 2 KB per text the
+    answer is a 400 pointing to the row format, which has no such padding."""
+    api = RestApi(saved_models[1].parent, model_name="ner", max_text_chars=20_000)
+    texts = ["paris " * 2000] + ["anna"] * 63
+    request_body = json.dumps({"inputs": texts}).encode()
+    status, body = api.handle("POST", "/v1/models/ner:predict", request_body)
+    assert status == 400
+    assert re.search(r"padded to the longest text \(2000 words\).* at most 16 x the "
+                     r"request's \d+ bytes \+ 2048 per text.*row format", body["error"]), body
+    small = json.dumps({"inputs": TEXTS}).encode()
+    status, body = api.handle("POST", "/v1/models/ner:predict", small)
+    assert status == 200
+    rows = api.handle("POST", "/v1/models/ner:predict", json.dumps({"instances": TEXTS}).encode())
+    assert body["outputs"]["num_words"] == [row["num_words"] for row in rows[1]["predictions"]]
+    assert len(json.dumps(body).encode()) <= 16 * len(small) + 2048 * len(TEXTS)
 
 
 def test_batched_answers_equal_unbatched_ones(saved_models, tight_server):

@@ -67,6 +67,9 @@ DEFAULT_MAX_REQUEST_BYTES = 1_000_000
 DEFAULT_MAX_TEXT_CHARS = 20_000
 MAX_JSON_DEPTH = 32  # nesting of lists/objects in a request (inputs are rank <= 2)
 MAX_INTEGER_DIGITS = 20  # longer JSON integers are rejected before conversion
+# A predict answer is at most this many times the request's bytes, plus the second constant
+# per example: row answers by construction, columnar (padded) ones checked.
+MAX_ANSWER_GROWTH, ANSWER_BYTES_PER_EXAMPLE = 16, 2048
 # Outputs cut per row in row format: count output -> the outputs it counts.
 COUNTED_OUTPUTS = {
     "num_words": ("words", "word_tags", "word_start", "word_end"),
@@ -230,8 +233,9 @@ class RestApi:
         return self.answer(prepared, self.run(prepared.signature, prepared.inputs))
 
     def prepare(self, body):
-        """A checked predict request: `Prepared(signature, inputs, columnar, batch)` with
-        `inputs` numpy arrays of the signature's dtypes; raises `RequestError` (400)."""
+        """A checked predict request: `Prepared(signature, inputs, columnar, batch,
+        request_bytes)` with `inputs` numpy arrays of the signature's dtypes; raises
+        `RequestError` (400)."""
         request = self._parse(body)
         unknown = sorted(set(request) - {"signature_name", "instances", "inputs"})
         if unknown:
@@ -252,7 +256,7 @@ class RestApi:
         inputs = {name: self._array(columns[name], spec, name) for name, spec in specs.items()}
         if signature == "predict_ids" or "token_ids" in inputs:
             self._check_ids(inputs)
-        return Prepared(signature, inputs, "inputs" in request, batch)
+        return Prepared(signature, inputs, "inputs" in request, batch, len(body))
 
     def batch_key(self, prepared):
         """`(key, mergeable)`: requests with equal keys can be merged into one model batch
@@ -264,7 +268,10 @@ class RestApi:
     def answer(self, prepared, outputs):
         """The response dict of `prepared` given the model's outputs for its rows."""
         if prepared.columnar:
-            values = {k: _json_value(v) for k, v in _trim_columns(outputs).items()}
+            outputs = _trim_columns(outputs)
+            if any(count in outputs for count in COUNTED_OUTPUTS):
+                _check_padded_size(outputs, prepared)
+            values = {k: _json_value(v) for k, v in outputs.items()}
             return {"outputs": next(iter(values.values())) if len(values) == 1 else values}
         return {"predictions": _rows_of(outputs, prepared.batch)}
 
@@ -470,7 +477,8 @@ def _flatten(value, leaves, shape, depth, name):
         _flatten(item, leaves, shape, depth + 1, name)
 
 
-Prepared = collections.namedtuple("Prepared", ["signature", "inputs", "columnar", "batch"])
+Prepared = collections.namedtuple(
+    "Prepared", ["signature", "inputs", "columnar", "batch", "request_bytes"])
 
 
 def _id_limits(signatures, directory):
@@ -517,6 +525,28 @@ def _trim_columns(outputs):
                 if name in outputs and np.ndim(outputs[name]) >= 2:
                     outputs[name] = outputs[name][:, :width]
     return outputs
+
+
+def _check_padded_size(outputs, prepared):
+    """Columnar NER answers are padded to the longest row: a 400 when the answer would pass
+    `MAX_ANSWER_GROWTH` x the request + `ANSWER_BYTES_PER_EXAMPLE` per example."""
+    limit = MAX_ANSWER_GROWTH * prepared.request_bytes + \
+        ANSWER_BYTES_PER_EXAMPLE * (prepared.batch or 1)
+    # Each padding value takes >= 4 bytes ('"", ', '-1, '): a lower bound, no JSON needed.
+    padding = sum(np.size(outputs[name]) - int(np.sum(outputs[count]))
+                  for count, names in COUNTED_OUTPUTS.items() if count in outputs
+                  for name in names if name in outputs)
+    size = 4 * padding if 4 * padding > limit else len(json.dumps(
+        {"outputs": {k: _json_value(v) for k, v in outputs.items()}},
+        ensure_ascii=False).encode("utf-8"))
+    if size > limit:
+        words = int(np.max(outputs.get("num_words", [0]), initial=0))
+        raise RequestError(400, f"The columnar answer would have >= {size} bytes: its rows are "
+                           f"padded to the longest text ({words} words), and an answer is at "
+                           f"most {MAX_ANSWER_GROWTH} x the request's {prepared.request_bytes} "
+                           f"bytes + {ANSWER_BYTES_PER_EXAMPLE} per text. Send these texts in "
+                           "row format (`instances`: each row lists only its own words), or "
+                           "texts of similar lengths together")
 
 
 def _is_b64(value):
