@@ -23,18 +23,22 @@ Clients written for TF Serving (`tensorflow_model_server --rest_api_port`) work 
 
 Errors are `{"error": "<message>"}`: 400 for invalid JSON, a missing, empty or wrongly typed
 `instances` / `inputs`, an unknown signature or input name, a text longer than
-`max_text_chars` and a batch larger than `max_batch`; 404 for an unknown model, version or
-route; 405 for a wrong HTTP method; 408 for a request not received within its deadline; 411
-without `Content-Length`; 413 for a body larger than `max_request_bytes` (not read); 500 when
-the model itself fails; 503 when the server is at its connection or queue limit; 504 when the
+`max_text_chars`, a batch larger than `max_batch`, a malformed HTTP request and any
+Content-Length but exactly one of digits; 404 for an unknown model, version or route; 405 for
+a wrong HTTP method; 408 for a request not received within its deadline; 411 without
+`Content-Length`; 413 for a body larger than `max_request_bytes` (not read); 500 when the
+model itself fails; 503 when the server is at its connection or queue limit; 504 when the
 answer is not ready within the request deadline. No request can stop the server: every handler
 error becomes a response.
 
 Row-format NER answers list each text's own words and entities (`words`, `word_tags`, ...
 cut to that row's `num_words`, `entity_*` to its `num_entities`); columnar answers are padded
-to the longest row of the request, as the signature pads them. `predict_ids` inputs are
-checked before any model work: at most the model's `sequence_length` tokens, token ids in
-`[0, vocabulary size)`, `padding_mask` 0 or 1, `segment_ids` >= 0.
+to the longest row of the request, as the signature pads them. Either is at most
+`MAX_ANSWER_GROWTH` (16) times the request's bytes plus `ANSWER_BYTES_PER_EXAMPLE` (2,048)
+per example: row answers by construction, columnar ones past it get 400 (use the row
+format). `predict_ids` inputs are checked before any model work: at most the model's
+`sequence_length` tokens, token ids in `[0, vocabulary size)`, `padding_mask` 0 or 1,
+`segment_ids` >= 0.
 
 The transport is uvicorn (`make_server`): an asyncio HTTP/1.1 server with a bounded number of
 connections, header and request deadlines, a listen backlog and size limits; the model runs
@@ -729,7 +733,6 @@ def _protocol_class(limits):
                 if self.cycle is None or self.cycle.response_complete:
                     self.send_400_response(self._bad_head)
                 # else: on_response_complete sends it after the answer under way
-
 
         def send_400_response(self, msg):
             """The 400 of a malformed request, as TF Serving's `{"error": ...}`."""
