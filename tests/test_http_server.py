@@ -478,6 +478,14 @@ def test_content_length_is_strict(server, headers, message):
     good_answer(server)
 
 
+def test_headers_past_max_header_bytes_get_a_json_400(tight_server):
+    status, answer = raw(tight_server, b"GET /v1/models/sst HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                         b"a" * 3000 + b"\r\n\r\n")
+    assert status == 400
+    assert "more than 2048 bytes (--max-header-bytes)" in json.loads(answer)["error"]
+    good_answer(tight_server)
+
+
 def test_content_length_of_pipelined_requests_is_checked(server):
     """The second request of one write, after a body, is checked as strictly as the first."""
     body = json.dumps({"instances": ["good"]}).encode()

@@ -665,7 +665,7 @@ class _HeadScanner:
         self.max_head_bytes = max_head_bytes
         self.head = b""  # the current head, while it arrives
         self.body_left = 0  # bytes of the current body still to come
-        self.lost = False  # a chunked body or an oversized head: h11 alone checks the rest
+        self.lost = False  # after a chunked body or a bad head: h11 alone checks the rest
 
     def feed(self, data):
         """`(error, good)`: the message of the first bad head in `data` (or `None`), and how
@@ -680,8 +680,12 @@ class _HeadScanner:
             head_start = offset - len(self.head)  # negative: the head began in earlier data
             self.head += data[offset:]
             end = _HEAD_END.search(self.head)
+            if (end.end() if end else len(self.head)) > self.max_head_bytes:
+                # h11's own limit only covers a head arriving in several pieces.
+                self.lost = True
+                return (f"The request line and headers have more than {self.max_head_bytes} "
+                        "bytes (--max-header-bytes)"), max(head_start, 0)
             if end is None:
-                self.lost = len(self.head) > self.max_head_bytes
                 return None, len(data)
             offset = head_start + end.end()
             head, self.head = self.head[:end.start()], b""
