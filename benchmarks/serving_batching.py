@@ -171,9 +171,21 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}"
 
 
+def cpu_seconds(pids):
+    """`(busy CPU seconds of the machine, CPU seconds of the processes `pids`)` so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    values = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    own = 0
+    for pid in pids:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        own += int(fields[11]) + int(fields[12])  # utime, stime
+    return (sum(values) - values[3] - values[4]) / ticks, own / ticks  # minus idle, iowait
+
+
 def run(tasks, concurrencies, seconds, model_dir, log=print):
-    """Rows `(task, clients, mode, texts/s, p50, p99, load)` (`load`: the 1-minute load
-    average after the cell) and the largest answer difference per task."""
+    """Rows `(task, clients, mode, texts/s, p50, p99, others)` (`others`: cores busy with
+    processes other than the benchmark and its servers during the cell: the machine is
+    shared) and the largest answer difference per task."""
     paths = export_models(model_dir)
     rows, differences = [], {}
     for task in tasks:
@@ -185,10 +197,15 @@ def run(tasks, concurrencies, seconds, model_dir, log=print):
             differences[task] = check_same_answers(ports)
             for clients in concurrencies:
                 for mode, port in ports.items():
+                    pids = [os.getpid()] + [process.pid for process, _ in servers.values()]
+                    busy, own, started = *cpu_seconds(pids), time.perf_counter()
                     rate, p50, p99 = load(port, clients, seconds)
-                    rows.append((task, clients, mode, rate, p50, p99, os.getloadavg()[0]))
+                    busy_after, own_after = cpu_seconds(pids)
+                    others = (busy_after - busy - own_after + own) / \
+                        (time.perf_counter() - started)
+                    rows.append((task, clients, mode, rate, p50, p99, max(others, 0.0)))
                     log(f"{task} {clients:>2} clients {mode:<9} {rate:7.1f} texts/s "
-                        f"p50 {p50:6.1f} ms p99 {p99:6.1f} ms load {rows[-1][-1]:.2f}")
+                        f"p50 {p50:6.1f} ms p99 {p99:6.1f} ms, others {others:.2f} cores")
         finally:
             for process, _ in servers.values():
                 process.terminate()
@@ -200,14 +217,14 @@ def markdown(rows, differences, command, load_average):
     lines = [f"Command: `{command}`", "",
              f"Machine: {machine()}; load average before/after: {load_average}.", "",
              "| model | clients | unbatched texts/s | batched texts/s | × | unbatched p50 / p99 "
-             "ms | batched p50 / p99 ms | load after |",
+             "ms | batched p50 / p99 ms | cores used by other processes |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     cells = {(task, clients, mode): values for task, clients, mode, *values in rows}
     for task, clients in dict.fromkeys((task, clients) for task, clients, *_ in rows):
         alone, merged = cells[(task, clients, "unbatched")], cells[(task, clients, "batched")]
         lines.append(f"| {task} | {clients} | {alone[0]:.1f} | {merged[0]:.1f} | "
                      f"{merged[0] / alone[0]:.2f} | {alone[1]:.0f} / {alone[2]:.0f} | "
-                     f"{merged[1]:.0f} / {merged[2]:.0f} | {alone[3]:.1f}, {merged[3]:.1f} |")
+                     f"{merged[1]:.0f} / {merged[2]:.0f} | {alone[3]:.2f}, {merged[3]:.2f} |")
     lines += ["", "Answers of the two servers on the same texts: equal labels, words and tags; "
               "largest probability difference " +
               ", ".join(f"{task} {value:.1e}" for task, value in differences.items()) + "."]
