@@ -21,6 +21,7 @@ import os
 import pathlib
 import platform
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -89,8 +90,18 @@ def start_server(saved_model, mode):
     return process, int(match.group(1))
 
 
+def connect(port):
+    """A keep-alive connection with TCP_NODELAY, as urllib3 and curl open them: http.client
+    sends the headers and the body in two segments, and without it Nagle's algorithm holds
+    the body back until the server's delayed ACK, ~40 ms per request."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.connect()
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return connection
+
+
 def predict(connection, texts):
-    body = json.dumps({"instances": texts})
+    body = json.dumps({"instances": texts}).encode("utf-8")
     connection.request("POST", "/v1/models/m:predict", body,
                        {"Content-Type": "application/json"})
     response = connection.getresponse()
@@ -106,7 +117,7 @@ def check_same_answers(ports):
     answers = {}
     for mode, port in ports.items():
         def one(text, port=port):
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            connection = connect(port)
             try:
                 return predict(connection, [text])[0]
             finally:
@@ -132,7 +143,7 @@ def load(port, clients, seconds):
     stop = time.perf_counter() + seconds
 
     def client(index):
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection = connect(port)
         latencies = []
         try:
             while time.perf_counter() < stop:
@@ -160,8 +171,21 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}"
 
 
+def cpu_seconds(pids):
+    """`(busy CPU seconds of the machine, CPU seconds of the processes `pids`)` so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    values = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    own = 0
+    for pid in pids:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        own += int(fields[11]) + int(fields[12])  # utime, stime
+    return (sum(values) - values[3] - values[4]) / ticks, own / ticks  # minus idle, iowait
+
+
 def run(tasks, concurrencies, seconds, model_dir, log=print):
-    """Rows `(task, clients, mode, texts/s, p50, p99)` and the largest answer difference."""
+    """Rows `(task, clients, mode, texts/s, p50, p99, others)` (`others`: cores busy with
+    processes other than the benchmark and its servers during the cell: the machine is
+    shared) and the largest answer difference per task."""
     paths = export_models(model_dir)
     rows, differences = [], {}
     for task in tasks:
@@ -173,10 +197,15 @@ def run(tasks, concurrencies, seconds, model_dir, log=print):
             differences[task] = check_same_answers(ports)
             for clients in concurrencies:
                 for mode, port in ports.items():
+                    pids = [os.getpid()] + [process.pid for process, _ in servers.values()]
+                    busy, own, started = *cpu_seconds(pids), time.perf_counter()
                     rate, p50, p99 = load(port, clients, seconds)
-                    rows.append((task, clients, mode, rate, p50, p99))
+                    busy_after, own_after = cpu_seconds(pids)
+                    others = (busy_after - busy - own_after + own) / \
+                        (time.perf_counter() - started)
+                    rows.append((task, clients, mode, rate, p50, p99, max(others, 0.0)))
                     log(f"{task} {clients:>2} clients {mode:<9} {rate:7.1f} texts/s "
-                        f"p50 {p50:6.1f} ms p99 {p99:6.1f} ms")
+                        f"p50 {p50:6.1f} ms p99 {p99:6.1f} ms, others {others:.2f} cores")
         finally:
             for process, _ in servers.values():
                 process.terminate()
@@ -188,14 +217,14 @@ def markdown(rows, differences, command, load_average):
     lines = [f"Command: `{command}`", "",
              f"Machine: {machine()}; load average before/after: {load_average}.", "",
              "| model | clients | unbatched texts/s | batched texts/s | × | unbatched p50 / p99 "
-             "ms | batched p50 / p99 ms |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    cells = {(task, clients, mode): (rate, p50, p99)
-             for task, clients, mode, rate, p50, p99 in rows}
+             "ms | batched p50 / p99 ms | cores used by other processes |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    cells = {(task, clients, mode): values for task, clients, mode, *values in rows}
     for task, clients in dict.fromkeys((task, clients) for task, clients, *_ in rows):
         alone, merged = cells[(task, clients, "unbatched")], cells[(task, clients, "batched")]
         lines.append(f"| {task} | {clients} | {alone[0]:.1f} | {merged[0]:.1f} | "
                      f"{merged[0] / alone[0]:.2f} | {alone[1]:.0f} / {alone[2]:.0f} | "
-                     f"{merged[1]:.0f} / {merged[2]:.0f} |")
+                     f"{merged[1]:.0f} / {merged[2]:.0f} | {alone[3]:.2f}, {merged[3]:.2f} |")
     lines += ["", "Answers of the two servers on the same texts: equal labels, words and tags; "
               "largest probability difference " +
               ", ".join(f"{task} {value:.1e}" for task, value in differences.items()) + "."]
@@ -208,14 +237,16 @@ def main(argv=None):
                         choices=["sentiment", "ner"])
     parser.add_argument("--clients", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=8.0, help="time per cell")
-    parser.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(),
-                                                            "keras_attn_serving_bench"))
+    parser.add_argument("--model-dir", help="export the models here, or reuse the ones there "
+                        "(default: a new temporary directory, so they match this checkout)")
     parser.add_argument("--out", help="write the markdown table here")
     args = parser.parse_args(argv)
     if any(c < 1 or c > 64 for c in args.clients) or not 0 < args.seconds <= 120:
         parser.error("--clients must be 1..64 and --seconds 0..120")
     before = os.getloadavg()[0]
-    rows, differences = run(args.tasks, args.clients, args.seconds, args.model_dir)
+    with tempfile.TemporaryDirectory() as scratch:
+        rows, differences = run(args.tasks, args.clients, args.seconds,
+                                args.model_dir or scratch)
     load_average = f"{before:.2f} / {os.getloadavg()[0]:.2f}"
     command = "python benchmarks/serving_batching.py " + " ".join(argv or sys.argv[1:])
     text = markdown(rows, differences, command.strip(), load_average)

@@ -458,18 +458,64 @@ def test_hostile_bodies_get_400_before_model_work(server, body, message):
     good_answer(server)
 
 
-@pytest.mark.parametrize("headers", [
-    b"Content-Length: 2_0\r\n",
-    b"Content-Length: 20\r\nContent-Length: 21\r\n",
-    b"Content-Length: -1\r\n",
-    b"Content-Length: 20\r\nTransfer-Encoding: chunked\r\n",
+@pytest.mark.parametrize("headers, message", [
+    (b"Content-Length: 2_0\r\n", "Content-Length '2_0' is not a number"),
+    (b"Content-Length: 20\r\nContent-Length: 21\r\n", "2 Content-Length headers"),
+    (b"Content-Length: 20\r\ncontent-length: 20\r\n", "2 Content-Length headers"),
+    (b"Content-Length: 20, 20\r\n", "Content-Length '20, 20'"),
+    (b"Content-Length: -1\r\n", "Content-Length '-1' is not a number"),
+    (b"Content-Length: 20\r\nX: a\x00b\r\n", "Malformed HTTP request"),
+    (b"Content-Length: 20\r\nTransfer-Encoding: chunked\r\n", "Transfer-Encoding"),
 ])
-def test_content_length_is_strict(server, headers):
+def test_content_length_is_strict(server, headers, message):
+    """One Content-Length of digits: identical duplicates and lists (which h11 merges into
+    one value) are rejected too, with a JSON error."""
     body = json.dumps({"instances": ["good"]}).encode()[:20]
-    status, _ = raw(server, b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\n" + headers +
-                    b"\r\n" + body)
+    status, answer = raw(server, b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\n" +
+                         headers + b"\r\n" + body)
     assert status == 400
+    assert message in json.loads(answer)["error"]
     good_answer(server)
+
+
+def test_headers_past_max_header_bytes_get_a_json_400(tight_server):
+    status, answer = raw(tight_server, b"GET /v1/models/sst HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                         b"a" * 3000 + b"\r\n\r\n")
+    assert status == 400
+    assert "more than 2048 bytes (--max-header-bytes)" in json.loads(answer)["error"]
+    good_answer(tight_server)
+
+
+def test_content_length_of_pipelined_requests_is_checked(server):
+    """The second request of one write, after a body, is checked as strictly as the first."""
+    body = json.dumps({"instances": ["good"]}).encode()
+    first = (b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+             str(len(body)).encode() + b"\r\n\r\n" + body)
+    second = (b"GET /v1/models/sst HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+              b"Content-Length: 0\r\n\r\n")
+    with socket.create_connection(server[0].server_address, timeout=10) as sock:
+        sock.sendall(first + second)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 200"), received[:200]
+    assert b"HTTP/1.1 400" in received and b"2 Content-Length headers" in received, received
+
+
+def test_keep_alive_answers_are_not_held_by_delayed_acks(server):
+    """Answers leave at once (TCP_NODELAY): on a keep-alive connection each answer's body
+    used to wait ~40 ms for the client's delayed ACK of its headers."""
+    connection = http.client.HTTPConnection(*server[0].server_address[:2], timeout=60)
+    connection.connect()
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    times = []
+    for _ in range(12):
+        started = time.perf_counter()
+        connection.request("GET", "/v1/models/sst")
+        connection.getresponse().read()
+        times.append(time.perf_counter() - started)
+    connection.close()
+    assert np.median(times[2:]) < 0.02, times
 
 
 def test_slow_clients_are_cut_off_at_their_deadlines(tight_server):
@@ -513,6 +559,7 @@ def test_connections_are_bounded(tight_server):
         time.sleep(0.2)  # accepted by the server
         status, body = raw(tight_server, b"GET /v1/models/sst HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 503, body
+        assert "--max-connections" in json.loads(body)["error"]  # TF Serving's error body
     finally:
         for sock in held:
             sock.close()
@@ -530,7 +577,26 @@ def test_ner_answers_grow_with_each_text_not_with_the_longest(saved_models):
     assert status == 200
     assert [len(p["words"]) for p in body["predictions"]] == [2000] + [1] * 63
     answer = json.dumps(body).encode()
-    assert len(answer) < 12 * len(request_body) + 2000 * len(texts), len(answer)
+    assert len(answer) <= 16 * len(request_body) + 2048 * len(texts), len(answer)
+
+
+def test_columnar_ner_answers_are_bounded_by_the_request(saved_models):
+    """Columnar answers are tensors padded to the longest row: one long text among short ones
+    would multiply the request (10 MB for 20 KB); past 16 x the request + 2 KB per text the
+    answer is a 400 pointing to the row format, which has no such padding."""
+    api = RestApi(saved_models[1].parent, model_name="ner", max_text_chars=20_000)
+    texts = ["paris " * 2000] + ["anna"] * 63
+    request_body = json.dumps({"inputs": texts}).encode()
+    status, body = api.handle("POST", "/v1/models/ner:predict", request_body)
+    assert status == 400
+    assert re.search(r"padded to the longest text \(2000 words\).* at most 16 x the "
+                     r"request's \d+ bytes \+ 2048 per text.*row format", body["error"]), body
+    small = json.dumps({"inputs": TEXTS}).encode()
+    status, body = api.handle("POST", "/v1/models/ner:predict", small)
+    assert status == 200
+    rows = api.handle("POST", "/v1/models/ner:predict", json.dumps({"instances": TEXTS}).encode())
+    assert body["outputs"]["num_words"] == [row["num_words"] for row in rows[1]["predictions"]]
+    assert len(json.dumps(body).encode()) <= 16 * len(small) + 2048 * len(TEXTS)
 
 
 def test_batched_answers_equal_unbatched_ones(saved_models, tight_server):

@@ -111,3 +111,30 @@ def test_unmergeable_requests_get_the_whole_outputs_and_the_queue_is_bounded():
     # Merged requests whose outputs cannot be split fail with a message, and nothing hangs.
     answers = submit_all(model, [("s", [1]), ("s", [2])])
     assert all("'scalar' has shape [], not a first dimension of 2" in str(a) for a in answers)
+
+
+def test_an_idle_batcher_runs_a_request_at_once_and_a_busy_one_waits_for_a_batch():
+    """Waiting for others only pays while a batch is running: with every worker idle a lone
+    request starts at once, not after `batch_timeout` (here 5 s)."""
+    model = Model()
+
+    async def main():
+        b = batcher(model, batch_timeout=5.0)
+        try:
+            started = asyncio.get_running_loop().time()
+            alone = await b.submit("a", {"x": np.array([1])})
+            waited = asyncio.get_running_loop().time() - started
+            model.gate.clear()  # the next batch holds the only worker...
+            first = asyncio.ensure_future(b.submit("a", {"x": np.array([2])}))
+            await asyncio.sleep(0.05)
+            later = [asyncio.ensure_future(b.submit("a", {"x": np.array([x])})) for x in (3, 4)]
+            await asyncio.sleep(0.05)
+            model.gate.set()  # ...while two requests arrive: they run as one batch
+            await asyncio.gather(first, *later)
+            return alone, waited
+        finally:
+            await b.close()
+
+    alone, waited = asyncio.run(main())
+    assert alone["double"].tolist() == [2] and waited < 1.0
+    assert [x for _, x in model.batches] == [[1], [2], [3, 4]]

@@ -143,6 +143,15 @@ class ServingModule(tf.Module):
         }
 
 
+def _trim_to_longest_row(inputs):
+    """Right-padded id inputs `(B, L)` cut to `(B, L')`, L' the longest row of the batch: the
+    tokenizer pads every row to `sequence_length`, a Transformer's cost grows with the padded
+    length, and the padding mask keeps the real tokens' outputs the same."""
+    lengths = tf.reduce_sum(inputs["padding_mask"], axis=1)  # (B,)
+    width = tf.reduce_max(tf.concat([lengths, [1]], axis=0))  # at least 1 column
+    return {name: value[:, :width] for name, value in inputs.items()}  # (B, width)
+
+
 def _classification_function(run_model, tokenizer, labels):
     # A piece starts a word unless it is a `##` continuation.
     starts_word = tf.constant([not token.startswith("##") for token in tokenizer.vocabulary])
@@ -151,11 +160,11 @@ def _classification_function(run_model, tokenizer, labels):
 
     def serve(text):
         packed = tokenizer(text, return_num_truncated=True)
-        logits, _ = run_model({
+        logits, _ = run_model(_trim_to_longest_row({
             "token_ids": packed["token_ids"],
             "segment_ids": packed["segment_ids"],
             "padding_mask": tf.cast(packed["padding_mask"], tf.int32),
-        })  # (B, C)
+        }))  # (B, C)
         label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)  # (B,)
         cut = tokenizer.tokenize(text)[:, budget:]  # (B, None) pieces past the budget
         cut_words = tf.reduce_sum(
@@ -212,7 +221,7 @@ def _tagging_function(run_model, tokenizer, labels, use_crf):
         }
         if use_crf:
             inputs["label_mask"] = tf.cast(first_piece, tf.int32)
-        logits, tags = run_model(inputs)
+        logits, tags = run_model(_trim_to_longest_row(inputs))  # (B, L', ...), L' <= L
         predicted = tags if use_crf else tf.argmax(logits, axis=-1, output_type=tf.int32)
 
         # Word tags: each word's first piece; words without one (truncated, or no piece) "O".

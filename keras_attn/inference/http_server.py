@@ -23,18 +23,22 @@ Clients written for TF Serving (`tensorflow_model_server --rest_api_port`) work 
 
 Errors are `{"error": "<message>"}`: 400 for invalid JSON, a missing, empty or wrongly typed
 `instances` / `inputs`, an unknown signature or input name, a text longer than
-`max_text_chars` and a batch larger than `max_batch`; 404 for an unknown model, version or
-route; 405 for a wrong HTTP method; 408 for a request not received within its deadline; 411
-without `Content-Length`; 413 for a body larger than `max_request_bytes` (not read); 500 when
-the model itself fails; 503 when the server is at its connection or queue limit; 504 when the
+`max_text_chars`, a batch larger than `max_batch`, a malformed HTTP request and any
+Content-Length but exactly one of digits; 404 for an unknown model, version or route; 405 for
+a wrong HTTP method; 408 for a request not received within its deadline; 411 without
+`Content-Length`; 413 for a body larger than `max_request_bytes` (not read); 500 when the
+model itself fails; 503 when the server is at its connection or queue limit; 504 when the
 answer is not ready within the request deadline. No request can stop the server: every handler
 error becomes a response.
 
 Row-format NER answers list each text's own words and entities (`words`, `word_tags`, ...
 cut to that row's `num_words`, `entity_*` to its `num_entities`); columnar answers are padded
-to the longest row of the request, as the signature pads them. `predict_ids` inputs are
-checked before any model work: at most the model's `sequence_length` tokens, token ids in
-`[0, vocabulary size)`, `padding_mask` 0 or 1, `segment_ids` >= 0.
+to the longest row of the request, as the signature pads them. Either is at most
+`MAX_ANSWER_GROWTH` (16) times the request's bytes plus `ANSWER_BYTES_PER_EXAMPLE` (2,048)
+per example: row answers by construction, columnar ones past it get 400 (use the row
+format). `predict_ids` inputs are checked before any model work: at most the model's
+`sequence_length` tokens, token ids in `[0, vocabulary size)`, `padding_mask` 0 or 1,
+`segment_ids` >= 0.
 
 The transport is uvicorn (`make_server`): an asyncio HTTP/1.1 server with a bounded number of
 connections, header and request deadlines, a listen backlog and size limits; the model runs
@@ -67,6 +71,9 @@ DEFAULT_MAX_REQUEST_BYTES = 1_000_000
 DEFAULT_MAX_TEXT_CHARS = 20_000
 MAX_JSON_DEPTH = 32  # nesting of lists/objects in a request (inputs are rank <= 2)
 MAX_INTEGER_DIGITS = 20  # longer JSON integers are rejected before conversion
+# A predict answer is at most this many times the request's bytes, plus the second constant
+# per example: row answers by construction, columnar (padded) ones checked.
+MAX_ANSWER_GROWTH, ANSWER_BYTES_PER_EXAMPLE = 16, 2048
 # Outputs cut per row in row format: count output -> the outputs it counts.
 COUNTED_OUTPUTS = {
     "num_words": ("words", "word_tags", "word_start", "word_end"),
@@ -230,8 +237,9 @@ class RestApi:
         return self.answer(prepared, self.run(prepared.signature, prepared.inputs))
 
     def prepare(self, body):
-        """A checked predict request: `Prepared(signature, inputs, columnar, batch)` with
-        `inputs` numpy arrays of the signature's dtypes; raises `RequestError` (400)."""
+        """A checked predict request: `Prepared(signature, inputs, columnar, batch,
+        request_bytes)` with `inputs` numpy arrays of the signature's dtypes; raises
+        `RequestError` (400)."""
         request = self._parse(body)
         unknown = sorted(set(request) - {"signature_name", "instances", "inputs"})
         if unknown:
@@ -252,7 +260,7 @@ class RestApi:
         inputs = {name: self._array(columns[name], spec, name) for name, spec in specs.items()}
         if signature == "predict_ids" or "token_ids" in inputs:
             self._check_ids(inputs)
-        return Prepared(signature, inputs, "inputs" in request, batch)
+        return Prepared(signature, inputs, "inputs" in request, batch, len(body))
 
     def batch_key(self, prepared):
         """`(key, mergeable)`: requests with equal keys can be merged into one model batch
@@ -264,7 +272,10 @@ class RestApi:
     def answer(self, prepared, outputs):
         """The response dict of `prepared` given the model's outputs for its rows."""
         if prepared.columnar:
-            values = {k: _json_value(v) for k, v in _trim_columns(outputs).items()}
+            outputs = _trim_columns(outputs)
+            if any(count in outputs for count in COUNTED_OUTPUTS):
+                _check_padded_size(outputs, prepared)
+            values = {k: _json_value(v) for k, v in outputs.items()}
             return {"outputs": next(iter(values.values())) if len(values) == 1 else values}
         return {"predictions": _rows_of(outputs, prepared.batch)}
 
@@ -470,7 +481,8 @@ def _flatten(value, leaves, shape, depth, name):
         _flatten(item, leaves, shape, depth + 1, name)
 
 
-Prepared = collections.namedtuple("Prepared", ["signature", "inputs", "columnar", "batch"])
+Prepared = collections.namedtuple(
+    "Prepared", ["signature", "inputs", "columnar", "batch", "request_bytes"])
 
 
 def _id_limits(signatures, directory):
@@ -517,6 +529,28 @@ def _trim_columns(outputs):
                 if name in outputs and np.ndim(outputs[name]) >= 2:
                     outputs[name] = outputs[name][:, :width]
     return outputs
+
+
+def _check_padded_size(outputs, prepared):
+    """Columnar NER answers are padded to the longest row: a 400 when the answer would pass
+    `MAX_ANSWER_GROWTH` x the request + `ANSWER_BYTES_PER_EXAMPLE` per example."""
+    limit = MAX_ANSWER_GROWTH * prepared.request_bytes + \
+        ANSWER_BYTES_PER_EXAMPLE * (prepared.batch or 1)
+    # Each padding value takes >= 4 bytes ('"", ', '-1, '): a lower bound, no JSON needed.
+    padding = sum(np.size(outputs[name]) - int(np.sum(outputs[count]))
+                  for count, names in COUNTED_OUTPUTS.items() if count in outputs
+                  for name in names if name in outputs)
+    size = 4 * padding if 4 * padding > limit else len(json.dumps(
+        {"outputs": {k: _json_value(v) for k, v in outputs.items()}},
+        ensure_ascii=False).encode("utf-8"))
+    if size > limit:
+        words = int(np.max(outputs.get("num_words", [0]), initial=0))
+        raise RequestError(400, f"The columnar answer would have >= {size} bytes: its rows are "
+                           f"padded to the longest text ({words} words), and an answer is at "
+                           f"most {MAX_ANSWER_GROWTH} x the request's {prepared.request_bytes} "
+                           f"bytes + {ANSWER_BYTES_PER_EXAMPLE} per text. Send these texts in "
+                           "row format (`instances`: each row lists only its own words), or "
+                           "texts of similar lengths together")
 
 
 def _is_b64(value):
@@ -622,22 +656,105 @@ class ServerLimits:
                                  f"Received: {field.name}={value!r}")
 
 
-def _protocol_class(header_timeout):
-    """uvicorn's h11 protocol with a deadline for each request's line and headers: uvicorn
-    only times out idle keep-alive connections, so a client trickling header bytes would hold
-    its connection forever."""
+class _HeadScanner:
+    """Follows the request heads of one connection's byte stream (bodies framed by their
+    Content-Length) and checks each head's Content-Length strictly: h11 merges identical
+    duplicates and lists (`20, 20`) into one value, so the application never sees them."""
+
+    def __init__(self, max_head_bytes):
+        self.max_head_bytes = max_head_bytes
+        self.head = b""  # the current head, while it arrives
+        self.body_left = 0  # bytes of the current body still to come
+        self.lost = False  # after a chunked body or a bad head: h11 alone checks the rest
+
+    def feed(self, data):
+        """`(error, good)`: the message of the first bad head in `data` (or `None`), and how
+        many bytes of `data` come before that head (all of them when none is bad)."""
+        offset = 0
+        while offset < len(data) and not self.lost:
+            if self.body_left:
+                skipped = min(self.body_left, len(data) - offset)
+                self.body_left -= skipped
+                offset += skipped
+                continue
+            head_start = offset - len(self.head)  # negative: the head began in earlier data
+            self.head += data[offset:]
+            end = _HEAD_END.search(self.head)
+            if (end.end() if end else len(self.head)) > self.max_head_bytes:
+                # h11's own limit only covers a head arriving in several pieces.
+                self.lost = True
+                return (f"The request line and headers have more than {self.max_head_bytes} "
+                        "bytes (--max-header-bytes)"), max(head_start, 0)
+            if end is None:
+                return None, len(data)
+            offset = head_start + end.end()
+            head, self.head = self.head[:end.start()], b""
+            error = self._check(head)
+            if error is not None:
+                self.lost = True
+                return error, max(head_start, 0)
+        return None, len(data)
+
+    def _check(self, head):
+        lengths = _CONTENT_LENGTH.findall(head)
+        if len(lengths) > 1:
+            return f"The request has {len(lengths)} Content-Length headers: send exactly one"
+        if lengths and not lengths[0].isdigit():
+            value = lengths[0].decode("latin-1")[:40]
+            return f"Content-Length {value!r} is not a number of bytes: send digits only"
+        self.lost = _TRANSFER_ENCODING.search(head) is not None
+        self.body_left = int(lengths[0]) if lengths else 0
+        return None
+
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length[ \t]*:[ \t]*(.*?)[ \t]*\r?$")
+_TRANSFER_ENCODING = re.compile(rb"(?im)^transfer-encoding[ \t]*:")
+
+
+def _protocol_class(limits):
+    """uvicorn's h11 protocol with a deadline for each request's line and headers (uvicorn
+    only times out idle keep-alive connections, so a client trickling header bytes would
+    hold its connection forever), strict Content-Length checks and JSON error bodies."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class HeaderDeadlineProtocol(H11Protocol):
+    class ServerProtocol(H11Protocol):
         _header_timer = None
 
         def connection_made(self, transport):
             super().connection_made(transport)
+            self._heads = _HeadScanner(limits.max_header_bytes)
+            self._bad_head = None  # the error of a bad head, answered after earlier requests
             self._arm_header_deadline()
+
+        def data_received(self, data):
+            if self._bad_head is not None:
+                return  # the connection closes after the 400 of a bad head
+            self._bad_head, good = self._heads.feed(data)
+            if good:
+                super().data_received(data[:good])
+            if self._bad_head is not None and not self.transport.is_closing():
+                if self.cycle is None or self.cycle.response_complete:
+                    self.send_400_response(self._bad_head)
+                # else: on_response_complete sends it after the answer under way
+
+        def send_400_response(self, msg):
+            """The 400 of a malformed request, as TF Serving's `{"error": ...}`."""
+            if msg == "Invalid HTTP request received.":  # uvicorn's words for h11's errors
+                msg = ("Malformed HTTP request (request line, headers or Content-Length): "
+                       "see RFC 9112")
+            data = json.dumps({"error": msg}).encode("utf-8")
+            self.transport.write(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(data)).encode() + b"\r\nConnection: close"
+                b"\r\n\r\n" + data)
+            self.transport.close()
 
         def on_response_complete(self):
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if self._bad_head is not None and not self.transport.is_closing():
+                self.send_400_response(self._bad_head)
+            elif not self.transport.is_closing():
                 self._arm_header_deadline()
 
         def connection_lost(self, exc):
@@ -653,9 +770,9 @@ def _protocol_class(header_timeout):
                 if self.cycle is waiting_for and not self.transport.is_closing():
                     self.transport.close()  # no request's headers since the timer was set
 
-            self._header_timer = self.loop.call_later(header_timeout, expire)
+            self._header_timer = self.loop.call_later(limits.header_timeout, expire)
 
-    return HeaderDeadlineProtocol
+    return ServerProtocol
 
 
 class _App:
@@ -666,6 +783,7 @@ class _App:
         self.api = api
         self.limits = limits
         self.log = log
+        self.server_state = None  # uvicorn's: the open connections and requests in progress
         self.executor = concurrent.futures.ThreadPoolExecutor(
             limits.workers, thread_name_prefix="keras-attn-model")
         self.batcher = RequestBatcher(
@@ -700,6 +818,10 @@ class _App:
     async def _respond(self, scope, receive):
         """`(status, response dict, close connection)`; never raises."""
         close = False
+        state, most = self.server_state, self.limits.max_connections
+        if state is not None and (len(state.connections) > most or len(state.tasks) > most):
+            return 503, {"error": f"The server is busy: more than {most} connections or "
+                         "requests in progress (--max-connections); retry later"}, True
         try:
             async with asyncio.timeout(self.limits.request_timeout):
                 try:
@@ -786,7 +908,9 @@ class HttpServer:
         self.limits = limits
         self.app = _App(api, limits, log)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+        # and without it each answer's body waits for the client's delayed ACK (~40 ms).
+        self.socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.socket.bind((host, port))
@@ -796,13 +920,14 @@ class HttpServer:
         self.socket.listen(limits.backlog)  # connections queue from now on, served once running
         self.server_address = self.socket.getsockname()[:2]
         config = uvicorn.Config(
-            self.app, http=_protocol_class(limits.header_timeout), lifespan="off",
+            self.app, http=_protocol_class(limits), lifespan="off",
             log_config=None, access_log=False, log_level="warning",
-            limit_concurrency=limits.max_connections,
             backlog=limits.backlog, timeout_keep_alive=limits.keep_alive_timeout,
             h11_max_incomplete_event_size=limits.max_header_bytes,
             timeout_graceful_shutdown=limits.request_timeout, server_header=False)
         self.server = uvicorn.Server(config)
+        # The connection limit is the app's (uvicorn's limit_concurrency answers plain text).
+        self.app.server_state = self.server.server_state
         self._stopped = threading.Event()
 
     def serve_forever(self):

@@ -5,10 +5,12 @@ batcher queues requests, and whenever a model worker is free it takes the oldest
 every later one with the same batch key (signature and the input shapes past the batch
 dimension) while the merged batch stays within `max_batch_size` examples, waiting at most
 `batch_timeout` seconds after the oldest request arrived for more to come (TF Serving's
-`max_batch_size` and `batch_timeout_micros`). The merged inputs are concatenated along the
-first dimension, the model runs once in a worker thread, and its outputs are split back into
-each request's rows. A request whose client has gone before its batch starts is dropped (its
-future is cancelled), so no model work is done for it.
+`max_batch_size` and `batch_timeout_micros`) while another batch is running; when every
+worker is idle it runs what is queued at once, since waiting would only add latency. The
+merged inputs are concatenated along the first dimension, the model runs once in a worker
+thread, and its outputs are split back into each request's rows. A request whose client has
+gone before its batch starts is dropped (its future is cancelled), so no model work is done
+for it.
 """
 
 import asyncio
@@ -35,7 +37,8 @@ class RequestBatcher:
         workers: int, batches run at once (the executor's threads).
         max_batch_size: int, most examples in one merged batch; `0` disables merging (every
             request runs alone).
-        batch_timeout: float, seconds the oldest queued request waits for others to join.
+        batch_timeout: float, seconds the oldest queued request waits for others to join
+            while a batch is running (none when every worker is idle).
         max_queued_examples: int, most examples waiting; more raise `QueueFullError`.
 
     Example:
@@ -63,6 +66,7 @@ class RequestBatcher:
         self._queue = collections.deque()
         self._queued_examples = 0
         self._workers = workers
+        self._running = 0  # batches in the workers
         self._arrived = None  # asyncio.Event, made on the event loop at first use
         self._dispatcher = None
 
@@ -98,8 +102,11 @@ class RequestBatcher:
             while not self._live_head():
                 self._arrived.clear()
                 await self._arrived.wait()
+            # With every worker idle nothing is gained by waiting: run what is there now.
+            # Otherwise wait for the batch to fill, at most until the oldest one's deadline.
             deadline = self._queue[0].arrived + self.batch_timeout
-            while self._mergeable() < self.max_batch_size and loop.time() < deadline:
+            while self._running and self._mergeable() < self.max_batch_size and \
+                    loop.time() < deadline:
                 self._arrived.clear()
                 try:
                     await asyncio.wait_for(self._arrived.wait(), deadline - loop.time())
@@ -109,6 +116,7 @@ class RequestBatcher:
             if not batch:
                 self._slots.release()
                 continue
+            self._running += 1
             loop.create_task(self._run(batch))
 
     def _live_head(self):
@@ -170,6 +178,7 @@ class RequestBatcher:
                 else:
                     pending.future.set_result(answer)
         finally:
+            self._running -= 1
             self._slots.release()
 
 
