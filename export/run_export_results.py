@@ -2,9 +2,8 @@
 
     python export/run_export_results.py [--runs-dir runs] [--artifacts-dir artifacts]
                                         [--only sst2_minilm conll2003_minilm]
-                                        [--float-residual] [--qat-epochs N]
-                                        [--feedforward-float-channels K]
-                                        [--qat-max-steps N]
+                                        [--all-int8] [--qat-epochs N] [--qat-max-steps N]
+                                        [--feedforward-float-channels K] ...
 
 Each run is `keras-attn export <runs-dir>/<name> --output-dir <artifacts-dir>/<name>` (the
 runs come from `python training/run_results.py`); an export already written is reused. The
@@ -20,6 +19,8 @@ import json
 import pathlib
 import subprocess
 import sys
+
+from keras_attn.training.quantization_recipe import QuantizationRecipe
 
 HERE = pathlib.Path(__file__).resolve().parent
 RUNS = {"sst2_minilm": ("SST-2 dev accuracy", 0.005),
@@ -74,27 +75,17 @@ def main(argv=None):
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--artifacts-dir", default="artifacts")
     parser.add_argument("--results", default=str(HERE.parent / "docs" / "export_results.md"))
-    parser.add_argument("--qat-max-steps", type=int,
-                        help="cap on QAT updates (default: one full epoch)")
-    parser.add_argument("--qat-epochs", type=int,
-                        help="QAT fine-tuning epochs (0: calibrate the ranges only)")
-    parser.add_argument("--float-residual", action="store_true",
-                        help="QAT with the residual sums and LayerNorm internals in float")
-    parser.add_argument("--feedforward-float-channels", type=int, metavar="K",
-                        help="with --float-residual: the K widest feed-forward channels of "
-                             "each block stay float")
+    QuantizationRecipe.add_arguments(parser)
     args = parser.parse_args(argv)
-    flags = [*(["--qat-max-steps", str(args.qat_max_steps)] if args.qat_max_steps else []),
-             *(["--qat-epochs", str(args.qat_epochs)] if args.qat_epochs is not None else []),
-             *(["--float-residual"] if args.float_residual else []),
-             *(["--feedforward-float-channels", str(args.feedforward_float_channels)]
-               if args.feedforward_float_channels else [])]
+    recipe = QuantizationRecipe.from_arguments(args)
+    flags = recipe.to_flags()
     from keras_attn.export.run_exporter import report_markdown
 
     lines = ["# Export results", "",
              "Measured with `python export/run_export_results.py`: each section is "
              "`keras-attn export` of a fine-tuned MiniLM run of `docs/results.md`"
-             + (f" with `{' '.join(flags)}`" if flags else "") + ".", ""]
+             + (f" with `{' '.join(flags)}`" if flags else " with the default recipe")
+             + f" ({recipe.describe()}).", ""]
     for name in [n for n in RUNS if n in args.only]:
         report = export(name, args.runs_dir, args.artifacts_dir, flags)
         title, allowed_drop = RUNS[name]

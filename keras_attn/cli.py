@@ -4,6 +4,10 @@ import argparse
 import os
 import sys
 
+from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.training.quantize import quantize_run
+from keras_attn.training.run_directory import RunDirectoryError
+
 
 def _say(text=""):
     sys.stdout.write(f"{text}\n")
@@ -11,7 +15,6 @@ def _say(text=""):
 
 
 def _demo(args):
-    from keras_attn.demo import DEMO_QUANTIZATION
     from keras_attn.demo import run_demo
     from keras_attn.demo import summary_markdown
     from keras_attn.export.run_exporter import ExportOptions
@@ -25,8 +28,8 @@ def _demo(args):
     from keras_attn.training.config import ConfigError
 
     try:
-        options = ExportOptions(qat_epochs=args.qat_epochs, latency_runs=args.latency_runs,
-                                latency_threads=(1,), **DEMO_QUANTIZATION)
+        options = ExportOptions(quantization=QuantizationRecipe.from_arguments(args),
+                                latency_runs=args.latency_runs, latency_threads=(1,))
         summary = run_demo(args.output_dir, tasks=args.tasks, epochs=args.epochs,
                            export_options=options, log=_say)
     except (ConfigError, DataError, ExportError, TFLiteExportError, ValueError) as error:
@@ -127,11 +130,9 @@ def _export(args):
     output_dir = args.output_dir or os.path.join(args.run_dir, "export")
     try:
         options = ExportOptions(
-            sequence_length=args.sequence_length, qat_epochs=args.qat_epochs,
-            qat_learning_rate=args.qat_learning_rate, qat_max_steps=args.qat_max_steps,
-            float_residual=args.float_residual,
-            feedforward_float_channels=args.feedforward_float_channels,
-            calibration_examples=args.calibration_examples, eval_split=args.eval_split,
+            sequence_length=args.sequence_length,
+            quantization=QuantizationRecipe.from_arguments(args), qat_run=args.qat_run,
+            eval_split=args.eval_split,
             max_eval_examples=args.max_eval_examples,
             latency_threads=tuple(args.latency_threads), latency_runs=args.latency_runs,
             text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples)
@@ -148,6 +149,20 @@ def _export(args):
         _say(f"  {row['artifact']:<34} {report['metric']} {row['metric']:.4f}  agreement "
              f"{row['agreement']:.4f}  {row['size_bytes'] / 1e6:6.1f} MB  {latency}")
     _say(f"  report: {os.path.join(output_dir, 'export_report.md')}")
+    return 0
+
+
+def _quantize(args):
+    output_dir = args.output_dir or os.path.join(args.run_dir, "qat")
+    try:
+        recipe = QuantizationRecipe.from_arguments(args)
+        _say(f"keras-attn quantize {args.run_dir} -> {output_dir}: {recipe.describe()}")
+        run = quantize_run(args.run_dir, output_dir, recipe, args.sequence_length, log=_say)
+    except (RunDirectoryError, ValueError) as error:
+        sys.stderr.write(f"keras-attn quantize: error: {error}\n")
+        return 2
+    _say(f"QAT run: {run.path} (export it with `keras-attn export {args.run_dir} "
+         f"--qat-run {run.path}`)")
     return 0
 
 
@@ -291,8 +306,7 @@ def build_parser():
     demo.add_argument("--tasks", nargs="+", choices=("sentiment", "entities"),
                       default=["sentiment", "entities"], help="which tasks to run")
     demo.add_argument("--epochs", type=_positive_int, help="overrides the fine-tuning epochs")
-    demo.add_argument("--qat-epochs", type=int, default=1,
-                      help="quantization-aware fine-tuning epochs (0: calibrate only)")
+    QuantizationRecipe.add_arguments(demo)
     demo.add_argument("--latency-runs", type=_positive_int, default=30,
                       help="timed runs per latency measurement")
     demo.set_defaults(handler=_demo)
@@ -339,19 +353,10 @@ def build_parser():
     export.add_argument("--sequence-length", type=_positive_int,
                         help="fixed input length of the mobile artifacts (default: the "
                              "run's data.max_length)")
-    export.add_argument("--qat-epochs", type=int, default=1,
-                        help="quantization-aware fine-tuning epochs (0: calibrate only)")
-    export.add_argument("--qat-learning-rate", type=float,
-                        help="QAT peak learning rate (default: the run's / 10)")
-    export.add_argument("--qat-max-steps", type=_positive_int, help="cap on QAT updates")
-    export.add_argument("--float-residual", action="store_true",
-                        help="QAT keeps the residual sums and LayerNorm internals in float "
-                             "(model_int8.tflite: every matmul int8, ADD and LayerNorm float)")
-    export.add_argument("--feedforward-float-channels", type=int, default=0, metavar="K",
-                        help="with --float-residual: keep the K widest feed-forward channels "
-                             "of each block in float (their outliers set the int8 scales)")
-    export.add_argument("--calibration-examples", type=_positive_int, default=128,
-                        help="training examples calibrating post-training quantization")
+    export.add_argument("--qat-run", metavar="QAT_RUN",
+                        help="convert this QAT run (from `keras-attn quantize`) instead of "
+                             "quantizing RUN_DIR into OUTPUT/qat")
+    QuantizationRecipe.add_arguments(export)
     export.add_argument("--eval-split", choices=("auto", "dev", "test"), default="auto",
                         help="data the artifacts are scored on (auto: test for NER, dev for "
                              "classification)")
@@ -366,6 +371,21 @@ def build_parser():
     export.add_argument("--no-text-tflite", action="store_true",
                         help="skip model_text.tflite (tokenizer inside, tf-text custom ops)")
     export.set_defaults(handler=_export)
+
+    quantize = commands.add_parser(
+        "quantize",
+        help="make the QAT run of a trained classification or NER run (calibration, or "
+             "quantization-aware fine-tuning with --qat-epochs)",
+        description="Quantize RUN_DIR into a QAT run directory that `keras-attn export "
+                    "--qat-run` converts to model_int8.tflite (export does it for you when "
+                    "not given one).")
+    quantize.add_argument("run_dir", help="the float training run directory")
+    quantize.add_argument("--output-dir", help="the QAT run directory (default RUN_DIR/qat)")
+    quantize.add_argument("--sequence-length", type=_positive_int,
+                          help="length the calibration examples are padded to (default: the "
+                               "run's data.max_length)")
+    QuantizationRecipe.add_arguments(quantize)
+    quantize.set_defaults(handler=_quantize)
 
     explain = commands.add_parser(
         "explain",

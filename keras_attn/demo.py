@@ -21,9 +21,6 @@ import pathlib
 import time
 
 SAMPLE_DATA = pathlib.Path(__file__).resolve().parent / "sample_data"
-# How the demo's int8 model is quantized: the measured best recipe on SST-2 and CoNLL-2003
-# MiniLM (docs/export.md): residual stream and the 4 widest feed-forward channels float.
-DEMO_QUANTIZATION = {"float_residual": True, "feedforward_float_channels": 4}
 
 # Per task: the training config the demo runs (the same keys as a `keras-attn train` YAML).
 DEMO_TASKS = {
@@ -87,8 +84,8 @@ def run_demo(output_dir, tasks=("sentiment", "entities"), model=None, epochs=Non
         tasks: names from `DEMO_TASKS`.
         model: the training `model` config section (default: MiniLM).
         epochs: overrides every task's epochs.
-        export_options: an `ExportOptions` (default: one QAT epoch with
-            `DEMO_QUANTIZATION`, 30 latency runs).
+        export_options: an `ExportOptions` (default: the default quantization recipe,
+            30 latency runs).
         log: a `callable(str)` for progress lines (default: none).
     """
     from keras_attn.export.run_exporter import ExportOptions
@@ -98,8 +95,7 @@ def run_demo(output_dir, tasks=("sentiment", "entities"), model=None, epochs=Non
     log = log or (lambda line: None)
     output_dir = pathlib.Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    options = export_options or ExportOptions(qat_epochs=1, latency_runs=30,
-                                              **DEMO_QUANTIZATION)
+    options = export_options or ExportOptions(latency_runs=30)
     options.check()  # before any training: a bad option must not cost a fine-tuning run
     configs = {name: demo_config(name, output_dir, model=model, epochs=epochs)
                for name in tasks}

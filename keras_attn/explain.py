@@ -19,6 +19,17 @@ import numpy as np
 from keras import ops
 
 from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.text.entity_prediction import ner_model_inputs
+from keras_attn.text.entity_prediction import predict_entities
+from keras_attn.text.word_splitter import split_words
+from keras_attn.training.run_directory import RunDirectory
+from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.visualization import _pyplot
+from keras_attn.visualization import plot_attention_grid
+from keras_attn.visualization import plot_position_embeddings
+from keras_attn.visualization import plot_position_encoding
 
 # Replay vs. the backbone's own forward pass: the same layers run on the same inputs, so
 # any difference beyond rounding means the backbone graph is not what the replay assumes.
@@ -132,7 +143,6 @@ class ExplainedModel:
         run_dir: `pathlib.Path` of the training run the model came from.
         notes: list of str, what was resolved on the way (export directory -> run).
     """
-
     def __init__(self, model, task, tokenizer, labels, run_dir, notes):
         self.model = model
         self.task = task
@@ -198,22 +208,16 @@ def load_explained_model(path):
         ExplainError: the path is not a run, a file is missing, or the model has no
             `BertBackbone`.
     """
-    import keras
 
-    from keras_attn.models.bert_classifier import BertClassifier
-    from keras_attn.models.bert_token_classifier import BertTokenClassifier
-    from keras_attn.text.label_vocabulary import LabelVocabulary
-    from keras_attn.text.tokenizer import WordPieceTokenizer
 
     run_dir, notes = _resolve_run_dir(path)
-    for name in ("vocab.txt", "config.json"):
-        if not (run_dir / name).is_file():
-            raise ExplainError(
-                f"{run_dir / name} is missing: a run directory holds model.keras, "
-                "config.json, vocab.txt and labels.txt, as written by `keras-attn train`"
-            )
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    model = keras.models.load_model(run_dir / "model.keras", compile=False)
+    run = RunDirectory(run_dir)
+    try:
+        run.require("vocab.txt", "config.json", needed_for="explaining a run")
+        settings = run.tokenizer_settings()
+    except RunDirectoryError as error:
+        raise ExplainError(str(error)) from None
+    model = run.load_model()
     backbone = find_backbone(model)
     if isinstance(model, BertTokenClassifier):
         task = "ner"
@@ -228,14 +232,8 @@ def load_explained_model(path):
         if not (run_dir / "labels.txt").is_file():
             raise ExplainError(f"{run_dir / 'labels.txt'} is missing: the {task} run's "
                                "labels are needed to name its predictions")
-        labels = LabelVocabulary.load(run_dir)
-    length = min(int(config.get("data", {}).get("max_length", backbone.max_sequence_length)),
-                 backbone.max_sequence_length)
-    tokenizer = WordPieceTokenizer(
-        str(run_dir / "vocab.txt"), lowercase=bool(config.get("model", {}).get("lowercase",
-                                                                                True)),
-        sequence_length=length,
-    )
+        labels = run.labels()
+    tokenizer = run.tokenizer(min(settings.max_length, backbone.max_sequence_length))
     return ExplainedModel(model, task, tokenizer, labels, run_dir, notes)
 
 
@@ -266,8 +264,6 @@ def _parse_indices(name, values, count, what):
 
 def _sentence_inputs(explained, text):
     """Model inputs for one text, its word pieces, and how many pieces were cut."""
-    from keras_attn.text.entity_prediction import ner_model_inputs
-    from keras_attn.text.word_splitter import split_words
 
     tokenizer = explained.tokenizer
     pieces = tokenizer.tokenize([text]).to_list()[0]
@@ -303,7 +299,6 @@ def _prediction(explained, text, inputs):
         return {"label": labels[int(probabilities.argmax())],
                 "probabilities": dict(zip(labels, probabilities.round(6).tolist()))}
     if explained.task == "ner":
-        from keras_attn.text.entity_prediction import predict_entities
 
         result = predict_entities(explained.model, explained.tokenizer, explained.labels,
                                   [text])[0]
@@ -348,8 +343,6 @@ def explain(run_or_model_path, text, output_png, layers=None, heads=None,
         summary = explain("runs/sst2", "a gripping, funny film", "explain.png")
         summary["prediction"]["label"], summary["panels"]  # ("positive", 72) for 6 x 12
     """
-    from keras_attn.visualization import _pyplot
-
     log = log or (lambda message: None)
     if not isinstance(text, str) or not text.strip():
         raise ExplainError(f"the text to explain is empty. Received: text={text!r}")
@@ -372,7 +365,6 @@ def explain(run_or_model_path, text, output_png, layers=None, heads=None,
     drawn = maps[layer_ids][:, 0][:, head_ids][..., :n, :n]  # (l, h, n, n)
     prediction = _prediction(explained, text, inputs)
 
-    from keras_attn.visualization import plot_attention_grid
 
     figure = plot_attention_grid(
         output_png, drawn, tokens, row_labels=[f"layer {i}" for i in layer_ids],
@@ -408,9 +400,6 @@ def plot_model_position_encodings(model, path, max_positions=128):
         dict naming the files written: `"sinusoidal position encoding"` and, for a model
         with a learned table, `"learned position embeddings"`.
     """
-    from keras_attn.visualization import plot_position_embeddings
-    from keras_attn.visualization import plot_position_encoding
-
     backbone = find_backbone(model)
     length = min(backbone.max_sequence_length, max_positions)
     plot_position_encoding(path, length=length, dim=backbone.hidden_dim)

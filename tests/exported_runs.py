@@ -12,6 +12,7 @@ import pathlib
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
 from keras_attn.training.config import TrainingConfig
+from keras_attn.training.quantization_recipe import QuantizationRecipe
 from keras_attn.training.trainer import Trainer
 from tests.test_run_exporter import FILLER
 from tests.test_run_exporter import TAGS
@@ -19,8 +20,9 @@ from tests.test_run_exporter import write_conll
 from tests.test_trainer import config_dict
 from tests.test_trainer import write_data
 
-QUICK_EXPORT = dict(qat_epochs=0, latency_runs=1, latency_threads=(1,), golden_examples=0,
-                    max_eval_examples=8, calibration_examples=8)
+QUICK_EXPORT = dict(quantization=QuantizationRecipe.all_int8(calibration_examples=8),
+                    latency_runs=1, latency_threads=(1,), golden_examples=0,
+                    max_eval_examples=8)
 
 
 def _train_and_export(root, values):

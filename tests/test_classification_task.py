@@ -286,7 +286,7 @@ def test_fine_tunes_the_encoder_of_an_mlm_run(tmp_path):
     # The NER task takes the same encoder.
     ner = NerTask(TrainingConfig.from_dict({**config().to_dict(), "task": "ner"}),
                   tmp_path / "ner")
-    assert ner.pretraining_run() == tmp_path / "mlm" and ner.trained_run() is None
+    assert ner.pretraining_run().path == tmp_path / "mlm" and ner.trained_run() is None
     # The mlm task itself cannot fine-tune an mlm run's encoder this way.
     assert MaskedLMTask(TrainingConfig.from_dict({**mlm.to_dict(), "model": {
         "checkpoint": str(tmp_path / "mlm")}}), tmp_path / "m2").pretraining_run() is None

@@ -12,6 +12,7 @@ from keras_attn import demo
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
+from keras_attn.training.quantization_recipe import QuantizationRecipe
 
 pytestmark = pytest.mark.tensorflow
 
@@ -67,17 +68,16 @@ def test_demo_config_points_at_the_embedded_data(tmp_path):
 
 
 def test_bad_options_fail_before_any_training(tmp_path):
-    with pytest.raises(ValueError, match="Received: qat_epochs=-1"):
-        demo.run_demo(tmp_path, export_options=ExportOptions(qat_epochs=-1))
+    with pytest.raises(ValueError, match="Received: latency_runs=0"):
+        demo.run_demo(tmp_path, export_options=ExportOptions(latency_runs=0))
     with pytest.raises(ValueError, match="unknown demo task 'sentences'"):
         demo.run_demo(tmp_path, tasks=("sentiment", "sentences"))
     assert not (tmp_path / "sentiment").exists()
 
 
 def test_demo_pipeline_writes_the_summary_and_reuses_finished_steps(tmp_path, monkeypatch):
-    options = ExportOptions(qat_epochs=0, latency_runs=2, latency_threads=(1,),
-                            golden_examples=4, calibration_examples=8,
-                            **demo.DEMO_QUANTIZATION)
+    options = ExportOptions(latency_runs=2, latency_threads=(1,), golden_examples=4,
+                            quantization=QuantizationRecipe(calibration_examples=8))
     lines = []
     summary = demo.run_demo(tmp_path, model={"preset": "bert_tiny"}, epochs=1,
                             export_options=options, log=lines.append)
@@ -88,8 +88,8 @@ def test_demo_pipeline_writes_the_summary_and_reuses_finished_steps(tmp_path, mo
         report = json.loads((tmp_path / name / "export" / "export_report.json").read_text())
         assert [row["artifact"] for row in task["artifacts"]] == [
             row["artifact"] for row in report["artifacts"]]
-        assert report["options"]["feedforward_float_channels"] == 4
-        assert report["options"]["float_residual"]
+        # The demo quantizes with the default (measured best) recipe.
+        assert report["quantization"] == QuantizationRecipe(calibration_examples=8).to_dict()
         int8 = next(row for row in task["artifacts"] if row["artifact"] == "model_int8.tflite")
         assert int8["p50_ms_1_thread"] > 0 and int8["size_bytes"] > 0
         assert [e["text"] for e in task["examples"]] == demo.DEMO_TASKS[name]["examples"]

@@ -238,8 +238,9 @@ def test_missing_and_inconsistent_side_files_are_clear_errors(classification, tm
     with pytest.raises(PredictorError, match=r"vocab\.txt has \d+ tokens but .* says \d+"):
         load_predictor(wrong_vocab / "model_fp32.tflite")
     run_copy = _copy([classification[0] / "model.keras"], tmp_path / "run_copy")
-    with pytest.raises(PredictorError, match=r"config\.json is missing: model\.keras is read "
-                                             "with the config.json of its run directory"):
+    with pytest.raises(PredictorError, match=r"config\.json is missing \(model\.keras is read "
+                                             r"with its run directory's files\): a run directory "
+                                             r"gets it from `keras-attn train CONFIG"):
         load_predictor(run_copy / "model.keras")
     predictor = load_predictor(export / "model.onnx")
     with pytest.raises(ValueError, match="`texts` must be a list of str"):

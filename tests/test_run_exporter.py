@@ -16,7 +16,9 @@ from keras_attn.export.run_exporter import export_run
 from keras_attn.export.run_exporter import report_markdown
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
+from keras_attn.training.quantization_recipe import QuantizationRecipe
 from keras_attn.training.trainer import Trainer
+from tests.test_tflite_export import FLOAT_RESIDUAL_OPS
 from tests.test_trainer import config_dict
 from tests.test_trainer import write_data
 from tests.tolerances import float32_path_atol
@@ -36,7 +38,10 @@ FILLER = ["the", "film", "was", "in", "a", "story", "good", "bad", "plot", "very
 
 
 def options(**overrides):
-    values = dict(qat_epochs=1, latency_runs=3, latency_threads=(1,), golden_examples=8)
+    # The classification fixture exercises QAT fine-tuning of an all-int8 model; the NER one
+    # the default recipe (a CRF-free tagger: calibrated, float residual).
+    values = dict(quantization=QuantizationRecipe.all_int8(qat_epochs=1), latency_runs=3,
+                  latency_threads=(1,), golden_examples=8)
     values.update(overrides)
     return ExportOptions(**values)
 
@@ -82,7 +87,7 @@ def ner(tmp_path_factory):
                       "test": write_conll(root / "test.txt", 24, 2), "max_length": 16}
     values["model"]["vocabulary"] = str(root / "vocab.txt")
     run = train_run(root / "run", values)
-    report = export_run(run, root / "export", options(qat_epochs=0))
+    report = export_run(run, root / "export", options(quantization=QuantizationRecipe()))
     return run, root / "export", report
 
 
@@ -118,9 +123,14 @@ def test_quantized_artifacts_keep_the_task_metric_and_stay_integer(request, fixt
                  "model_int8_ptq.tflite", "model_dynamic_int8.onnx"):
         assert table[name]["metric"] >= reference - 0.1, name
         assert table[name]["agreement"] >= 0.9, name
-    # Full integer: only the boundary ops see float (ids in, dequantized logits out).
+    # All-int8 (the classification fixture): only the boundary ops see float (ids in,
+    # dequantized logits out). The default recipe (ner): also the residual stream, LayerNorm
+    # and the float feed-forward channels (their FULLY_CONNECTED and GELU); every attention
+    # and block matmul stays int8.
     int8 = table["model_int8.tflite"]
-    assert set(int8["non_int8_ops"]) <= {"DEQUANTIZE", "QUANTIZE"}, int8["non_int8_ops"]
+    allowed = {"DEQUANTIZE", "QUANTIZE"} if fixture == "classification" else \
+        FLOAT_RESIDUAL_OPS | {"FULLY_CONNECTED", "GELU"}
+    assert set(int8["non_int8_ops"]) <= allowed, int8["non_int8_ops"]
     assert not any(op.startswith("Flex") for op in int8["ops"])
     for row in report["artifacts"]:
         for latency in row.get("latency", []):
@@ -133,17 +143,19 @@ def test_report_markdown_lists_every_artifact(classification):
     for row in report["artifacts"]:
         assert f"`{row['artifact']}`" in markdown
     assert "## Ops of `model_int8.tflite` that are not int8" in markdown
-    assert report["options"]["qat_epochs"] == 1 and not report["options"]["float_residual"]
-    assert "QAT model (`model_int8.tflite`): 1 epoch(s) of fine-tuning, learning rate: the " \
-           "run's / 10; every activation int8." in markdown
-    calibrated = dict(report["options"], qat_epochs=0, float_residual=True)
-    assert "QAT model (`model_int8.tflite`): ranges calibrated on training examples, no " \
-           "fine-tuning (`--qat-epochs 0`); residual sums and LayerNorm internals float " \
-           "(`--float-residual`)." in report_markdown(dict(report, options=calibrated))
-    calibrated["feedforward_float_channels"] = 4
-    assert "(`--float-residual`); the 4 widest feed-forward channels of each block float " \
-           "(`--feedforward-float-channels 4`)." in report_markdown(
-               dict(report, options=calibrated))
+    assert report["quantization"] == QuantizationRecipe.all_int8(qat_epochs=1).to_dict()
+    assert "QAT model (`model_int8.tflite`): 1 epoch(s) of quantization-aware fine-tuning, " \
+           "learning rate: the run's / 10; every activation int8 (--all-int8)." in markdown
+    default = dict(report, quantization=QuantizationRecipe().to_dict())
+    assert "QAT model (`model_int8.tflite`): ranges calibrated on 128 training examples, no " \
+           "fine-tuning; residual sums and LayerNorm internals float; the 4 widest " \
+           "feed-forward channels of each block float." in report_markdown(default)
+    # A report written before the recipe was recorded describes its options the same way.
+    legacy = dict(report, quantization=None, options={
+        "qat_epochs": 0, "float_residual": True, "feedforward_float_channels": 4,
+        "qat_learning_rate": None, "qat_max_steps": None, "sequence_length": None})
+    assert "no fine-tuning; residual sums and LayerNorm internals float; the 4 widest" in \
+           report_markdown(legacy)
     assert json.loads((export_dir / "export_report.json").read_text()) == report
 
 
@@ -218,7 +230,9 @@ def test_running_again_reuses_the_artifacts(classification):
 
 
 def test_missing_run_files_and_bad_options_are_clear_errors(tmp_path, classification):
-    with pytest.raises(ExportError, match=r"model\.keras is missing: RUN_DIR must be"):
+    with pytest.raises(ExportError, match=r"model\.keras is missing \(exporting a run\): a "
+                                          r"run directory gets it from `a finished keras-attn "
+                                          r"train CONFIG"):
         export_run(tmp_path, tmp_path / "export")
     run = classification[0]
     with pytest.raises(ExportError, match="sequence_length=64 exceeds the model's "
@@ -226,19 +240,20 @@ def test_missing_run_files_and_bad_options_are_clear_errors(tmp_path, classifica
         export_run(run, tmp_path / "export", options(sequence_length=64))
     with pytest.raises(ValueError, match="`eval_split` must be 'auto', 'dev' or 'test'"):
         options(eval_split="train").check()
-    with pytest.raises(ValueError, match="`latency_threads` must be positive integers"):
+    with pytest.raises(ValueError, match="`latency_threads` must be a positive integer"):
         options(latency_threads=(0,)).check()
+    with pytest.raises(ValueError, match="`quantization` must be a QuantizationRecipe"):
+        options(quantization={"float_residual": True}).check()
     with pytest.raises(ValueError, match="`float_residual` must be a bool"):
-        options(float_residual="yes").check()
+        QuantizationRecipe(float_residual="yes")
     with pytest.raises(ValueError, match="`feedforward_float_channels` needs "
                                          "`float_residual=True`"):
-        options(feedforward_float_channels=4).check()
+        QuantizationRecipe(float_residual=False, feedforward_float_channels=4)
     with pytest.raises(ValueError, match="`feedforward_float_channels` must be an integer >= 0"):
-        options(feedforward_float_channels=-1, float_residual=True).check()
-    # The finished qat/ of an all-int8 export is not silently reused for float_residual.
-    with pytest.raises(ExportError, match=r"qat holds a QAT model with float_residual=False, "
-                                          r"but this export asks for float_residual=True"):
-        export_run(run, classification[1], options(float_residual=True))
+        QuantizationRecipe(feedforward_float_channels=-1)
+    # The finished qat/ of an all-int8 export is not silently reused for another recipe.
+    with pytest.raises(ExportError, match=r"qat holds a QAT run made with another recipe"):
+        export_run(run, classification[1], options(quantization=QuantizationRecipe()))
 
 
 def test_cli_exports_and_reports_errors(tmp_path, classification, capsys):
@@ -248,7 +263,8 @@ def test_cli_exports_and_reports_errors(tmp_path, classification, capsys):
     assert "keras-attn export: error:" in capsys.readouterr().err
     run, export_dir, _, _ = classification
     code = main(["export", str(run), "--output-dir", str(export_dir), "--latency-runs", "2",
-                 "--latency-threads", "1", "--golden-examples", "8"])
+                 "--latency-threads", "1", "--golden-examples", "8", "--all-int8",
+                 "--qat-epochs", "1"])
     out = capsys.readouterr().out
     assert code == 0
     assert "model_int8.tflite" in out and str(pathlib.Path(export_dir) / "export_report.md") in out
@@ -271,11 +287,16 @@ def test_export_results_script_checks_the_targets(classification, tmp_path, monk
     calls = []
     monkeypatch.setattr(module, "export", lambda *args: calls.append(args) or report)
     page = tmp_path / "export_results.md"
-    module.main(["--only", "sst2_minilm", "--float-residual", "--qat-epochs", "0",
+    module.main(["--only", "sst2_minilm", "--all-int8", "--qat-epochs", "1",
                  "--runs-dir", "r", "--artifacts-dir", "a", "--results", str(page)])
-    assert calls == [("sst2_minilm", "r", "a", ["--qat-epochs", "0", "--float-residual"])]
+    assert calls == [("sst2_minilm", "r", "a", ["--all-int8", "--qat-epochs", "1"])]
     text = page.read_text()
-    assert "with `--qat-epochs 0 --float-residual`." in text
+    assert "with `--all-int8 --qat-epochs 1` (1 epoch(s) of quantization-aware" in text
+    module.main(["--only", "sst2_minilm", "--runs-dir", "r", "--artifacts-dir", "a",
+                 "--results", str(page)])
+    assert calls[-1] == ("sst2_minilm", "r", "a", [])
+    assert "with the default recipe (ranges calibrated on 128 training examples" in \
+           page.read_text()
     assert "| int8 size <= 27 % of fp32 |" in text
 
 

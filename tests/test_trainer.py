@@ -328,6 +328,7 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
 
     from keras_attn.quantization.qat_bert import QatBert
     from keras_attn.training.config import ConfigError
+    from keras_attn.training.run_directory import RunDirectory
 
     _, float_results = in_process(tmp_path, "float", epochs=10, learning_rate=1e-2)
     values = config_dict(tmp_path / "data", tmp_path / "qat", epochs=2, learning_rate=1e-3)
@@ -341,7 +342,12 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
     # The int8 simulation keeps the float run's accuracy on this easy task.
     assert results["best_dev"]["accuracy"] >= float_results["best_dev"]["accuracy"] - 0.05
     reloaded = keras.models.load_model(tmp_path / "qat" / "model.keras")
-    assert isinstance(reloaded, QatBert) and not reloaded.float_residual
+    # The layout defaults are the measured best recipe, recorded in the run's lineage.
+    assert isinstance(reloaded, QatBert) and reloaded.float_residual
+    assert reloaded.feedforward_float_channels == 4
+    lineage = RunDirectory(tmp_path / "qat").lineage()
+    assert lineage.source_kind == "run" and lineage.source_task == "classification"
+    assert lineage.quantization["float_residual"] and lineage.quantization["qat_epochs"] == 2
 
     # `model.float_residual`: the residual sums and LayerNorm internals stay float.
     values = config_dict(tmp_path / "data", tmp_path / "qat_float", epochs=2, learning_rate=1e-3)
@@ -384,12 +390,14 @@ def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
     import keras
 
     from keras_attn.quantization.qat_bert import QatBert
+    from keras_attn.training.quantization_recipe import QuantizationRecipe
     from keras_attn.training.tasks import make_task
-    from keras_attn.training.trainer import QAT_CALIBRATION_EXAMPLES
 
     in_process(tmp_path, "float", epochs=2)
     values = config_dict(tmp_path / "data", tmp_path / "qat", max_steps=1)
-    values["model"] = {"checkpoint": str(tmp_path / "float"), "quantization_aware": True}
+    # All-int8: every LayerNorm statistic has a learned range to compare.
+    values["model"] = {"checkpoint": str(tmp_path / "float"), "quantization_aware": True,
+                       "float_residual": False, "feedforward_float_channels": 0}
     trainer = Trainer(TrainingConfig.from_dict(values))
     trainer.run()
 
@@ -398,9 +406,9 @@ def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
                      write_files=False)
     task.prepare()
     reference = QatBert.from_float(keras.models.load_model(tmp_path / "float" / "model.keras"))
-    examples = task.train_examples[:QAT_CALIBRATION_EXAMPLES]
+    examples = task.train_examples[:QuantizationRecipe().calibration_examples]
     reference.calibrate(task.collate(examples[i: i + 8])[0] for i in range(0, len(examples), 8))
-    batches = task.input_batches(QAT_CALIBRATION_EXAMPLES)
+    batches = task.input_batches(QuantizationRecipe().calibration_examples)
     assert sum(len(x["token_ids"]) for x in batches) == len(examples)
     for name, value in task.collate(examples[8:16])[0].items():
         np.testing.assert_array_equal(batches[1][name], value)
@@ -417,13 +425,10 @@ def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
             assert abs(difference) <= 0.03 * width + 1e-6, (got.path, name, difference / width)
 
 
-def test_float_residual_needs_quantization_aware_training(tmp_path):
+def test_float_feedforward_channels_need_a_float_residual(tmp_path):
     from keras_attn.training.config import ConfigError
 
     values = config_dict(tmp_path / "data", tmp_path / "qat")
-    values["model"].update(float_residual=True)
-    with pytest.raises(ConfigError, match=r"model\.float_residual.*quantization_aware: true"):
-        TrainingConfig.from_dict(values)
     values["model"].update(float_residual=False, quantization_aware=True,
                            feedforward_float_channels=4)
     with pytest.raises(ConfigError, match=r"model\.feedforward_float_channels.*"

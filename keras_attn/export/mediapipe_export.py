@@ -246,7 +246,7 @@ def self_describing_tflite(export_dir, model, tokenizer, texts, log=None):
             continue  # text in (no token ids); MediaPipe files get their own flavour
         embed_metadata(path, card, vocabulary, card["labels"])
         embedded.append(path.name)
-    log(f"TFLite metadata (vocab.txt, labels.txt, model_card.json) in {', '.join(embedded)}")
+    log(f"metadata (vocab.txt, labels.txt, model_card.json) embedded in {', '.join(embedded)}")
     section = None
     if card["task"] == "classification":
         texts = list(texts)

@@ -27,9 +27,37 @@ import time
 
 import keras
 import numpy as np
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
 
-from keras_attn.export.mediapipe_export import self_describing_markdown  # issue 23
-from keras_attn.export.mediapipe_export import self_describing_tflite  # issue 23
+from keras_attn.export.golden_vectors import crf_card_section
+from keras_attn.export.golden_vectors import model_card
+from keras_attn.export.golden_vectors import write_golden_vectors
+from keras_attn.export.golden_vectors import write_model_card
+from keras_attn.export.mediapipe_export import self_describing_markdown
+from keras_attn.export.mediapipe_export import self_describing_tflite
+from keras_attn.export.onnx_export import OnnxRunner
+from keras_attn.export.onnx_export import export_onnx
+from keras_attn.export.onnx_export import quantize_onnx_dynamic
+from keras_attn.export.serving_module import export_saved_model
+from keras_attn.export.serving_module import load_saved_model
+from keras_attn.export.text_tflite import export_text_tflite
+from keras_attn.export.tflite_export import export_tflite
+from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.layers.crf import viterbi_decode
+from keras_attn.layers.validation import check_int
+from keras_attn.layers.validation import check_positive_int
+from keras_attn.machine import cpu_description
+from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.conll_reader import ConllReader
+from keras_attn.text.hard_cases import HARD_CASES
+from keras_attn.text.ner import first_piece_mask
+from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.training.quantize import quantize_run
+from keras_attn.training.run_directory import RunDirectory
+from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.training.tasks import make_task
+from keras_attn.version import __version__
 
 TFLITE_FLOAT_VARIANTS = ("fp32", "fp16", "dynamic_int8", "int8_ptq")
 GOLDEN_DATA_EXAMPLES = 1000
@@ -42,18 +70,9 @@ class ExportOptions:
     Attributes:
         sequence_length: fixed input length of the mobile artifacts; defaults to the run's
             `data.max_length`.
-        qat_epochs: epochs of quantization-aware fine-tuning (0: calibrate the ranges on
-            training batches only, no fine-tuning).
-        qat_learning_rate: peak learning rate of QAT; defaults to a tenth of the run's.
-        qat_max_steps: cap on QAT updates (quick runs).
-        float_residual: QAT with the residual sums and LayerNorm internals in float
-            (`QatBert(float_residual=True)`): `model_int8.tflite` then runs ADD and
-            LayerNorm in float and every matmul in int8.
-        feedforward_float_channels: with `float_residual`, the number of widest
-            feed-forward hidden channels per block kept in float
-            (`QatBert(feedforward_float_channels=k)`, LLM.int8()'s decomposition).
-        calibration_examples: training examples for PTQ calibration (and QAT ranges when
-            `qat_epochs=0`).
+        quantization: the `QuantizationRecipe` of `model_int8.tflite` (default: the measured
+            best); the export calls the quantize stage with it unless `qat_run` is given.
+        qat_run: a QAT run directory made by `keras-attn quantize` to convert instead.
         eval_split: `"dev"`, `"test"` or `"auto"` (test for NER, dev for classification,
             whichever exists).
         max_eval_examples: evaluate on the first N examples only.
@@ -64,12 +83,8 @@ class ExportOptions:
     """
 
     sequence_length: int = None
-    qat_epochs: int = 1
-    qat_learning_rate: float = None
-    qat_max_steps: int = None
-    float_residual: bool = False
-    feedforward_float_channels: int = 0
-    calibration_examples: int = 128
+    quantization: QuantizationRecipe = dataclasses.field(default_factory=QuantizationRecipe)
+    qat_run: str = None
     eval_split: str = "auto"
     max_eval_examples: int = None
     latency_threads: tuple = (1, 2)
@@ -78,42 +93,22 @@ class ExportOptions:
     golden_examples: int = GOLDEN_DATA_EXAMPLES
 
     def check(self):
-        def positive(name, allow_none=False, allow_zero=False):
-            value = getattr(self, name)
-            if value is None and allow_none:
-                return
-            low = 0 if allow_zero else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"`{name}` must be an integer >= {low}. "
-                                 f"Received: {name}={value!r}")
-
-        positive("sequence_length", allow_none=True)
-        positive("qat_epochs", allow_zero=True)
-        positive("qat_max_steps", allow_none=True)
-        positive("calibration_examples")
-        positive("feedforward_float_channels", allow_zero=True)
-        positive("max_eval_examples", allow_none=True)
-        positive("latency_runs")
-        positive("golden_examples", allow_zero=True)
-        if not isinstance(self.float_residual, bool):
-            raise ValueError("`float_residual` must be a bool. "
-                             f"Received: float_residual={self.float_residual!r}")
-        if self.feedforward_float_channels and not self.float_residual:
-            raise ValueError(
-                "`feedforward_float_channels` needs `float_residual=True` (--float-residual)."
-                f" Received: feedforward_float_channels={self.feedforward_float_channels}, "
-                "float_residual=False")
+        for name in ("sequence_length", "max_eval_examples"):
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
+        check_positive_int("latency_runs", self.latency_runs)
+        check_int("golden_examples", self.golden_examples, low=0)
+        if not isinstance(self.quantization, QuantizationRecipe):
+            raise ValueError("`quantization` must be a QuantizationRecipe. "
+                             f"Received: quantization={self.quantization!r}")
         if self.eval_split not in ("auto", "dev", "test"):
             raise ValueError("`eval_split` must be 'auto', 'dev' or 'test'. "
                              f"Received: eval_split={self.eval_split!r}")
-        if self.qat_learning_rate is not None and not self.qat_learning_rate > 0:
-            raise ValueError("`qat_learning_rate` must be > 0. "
-                             f"Received: qat_learning_rate={self.qat_learning_rate!r}")
-        if not self.latency_threads or any(
-                isinstance(t, bool) or not isinstance(t, int) or t < 1
-                for t in self.latency_threads):
-            raise ValueError("`latency_threads` must be positive integers. "
+        if not self.latency_threads:
+            raise ValueError("`latency_threads` must name at least one thread count. "
                              f"Received: latency_threads={self.latency_threads!r}")
+        for threads in self.latency_threads:
+            check_positive_int("latency_threads", threads)
 
 
 class ExportError(ValueError):
@@ -155,28 +150,25 @@ class RunExporter:
         self.options = options or ExportOptions()
         self.options.check()
         self.log = log or (lambda message: None)
-        for name in ("model.keras", "config.json", "vocab.txt", "labels.txt"):
-            if not (self.run_dir / name).is_file():
-                raise ExportError(
-                    f"{self.run_dir / name} is missing: RUN_DIR must be the output directory "
-                    "of a finished `keras-attn train` run (model.keras, config.json, "
-                    "vocab.txt, labels.txt)")
+        self.source = RunDirectory(run_dir)
+        try:
+            self.source.require("model.keras", "config.json", "vocab.txt", "labels.txt",
+                             needed_for="exporting a run")
+        except RunDirectoryError as error:
+            raise ExportError(str(error)) from None
 
     # --- the source run -----------------------------------------------------------------
 
     def _load(self):
-        from keras_attn.training.config import TrainingConfig
-        from keras_attn.training.tasks import make_task
-
-        recorded = json.loads((self.run_dir / "config.json").read_text("utf-8"))
-        if recorded["task"] not in ("classification", "ner"):
+        if self.source.task not in ("classification", "ner"):
             raise ExportError(
-                f"{self.run_dir}: task {recorded['task']!r} has no export; `keras-attn "
+                f"{self.run_dir}: task {self.source.task!r} has no export; `keras-attn "
                 "export` takes classification and ner runs")
-        self.config = TrainingConfig.from_dict(recorded)
+        self.config = self.source.config()
+        self.tokenizer_settings = self.source.tokenizer_settings()
         self.task = make_task(self.config, self.run_dir, self.log, write_files=False)
         self.task.prepare()
-        self.model = keras.models.load_model(self.run_dir / "model.keras")
+        self.model = self.source.load_model()
         self.use_crf = bool(getattr(self.model, "use_crf", False))
         limit = self.model.backbone.max_sequence_length
         self.length = self.options.sequence_length or self.config.data.max_length
@@ -239,76 +231,57 @@ class RunExporter:
         """`x -> numpy logits` of `model`. A CRF tagger gives its emissions (`logits`; the
         tags are decoded outside the network), and its `label_mask` input, which only the
         tags read, is filled with the padding mask."""
-        import tensorflow as tf
-
         crf = isinstance(model.output, dict)
+        # One trace for every batch and length (shape-generic signature), so scoring many
+        # artifacts and the golden vectors does not retrace per call.
+        ids = tf.TensorSpec([None, None], tf.int32)
+        signature = {name: ids for name in ("token_ids", "segment_ids", "padding_mask")}
 
+        @tf.function(input_signature=[signature])
         def call(x):
-            if crf and "label_mask" not in x:
+            if crf:
                 x = dict(x, label_mask=x["padding_mask"])
             outputs = model(x, training=False)
             return outputs["logits"] if crf else outputs
 
-        function = tf.function(call, reduce_retracing=True)
-        return lambda x: keras.ops.convert_to_numpy(function(x))
+        def predict(x):
+            x = {name: tf.constant(np.asarray(x[name], "int32")) for name in signature}
+            return keras.ops.convert_to_numpy(call(x))
+
+        return predict
 
     # --- steps --------------------------------------------------------------------------
 
     def _calibration_batches(self):
         """Training examples padded to the export length, in batches of 8."""
+        count = self.options.quantization.calibration_examples
         return [_fixed_length({k: v for k, v in x.items() if k != "label_mask"}, self.length)
-                for x in self.task.input_batches(self.options.calibration_examples)]
+                for x in self.task.input_batches(count)]
 
     def _quantization_aware_model(self):
-        """The QAT model: fine-tuned through `keras-attn train`, or calibrated only."""
-        from keras_attn.quantization.qat_bert import QatBert
-
+        """The QAT model: of `options.qat_run`, or made by the quantize stage in
+        `OUTPUT/qat` (`keras_attn.training.quantize_run`); `None` for a CRF tagger (QatBert
+        has no CRF loss: its int8 model is the PTQ one)."""
         if self.use_crf:
-            return None  # QatBert has no CRF loss; CRF taggers get int8 by PTQ
-        qat_dir = self.output_dir / "qat"
-        if self.options.qat_epochs == 0:
-            if not (qat_dir / "model.keras").is_file():
-                self.log("QAT model calibrated on training batches (no fine-tuning)")
-                qat = QatBert.from_float(
-                    self.model, float_residual=self.options.float_residual,
-                    feedforward_float_channels=self.options.feedforward_float_channels)
-                qat.calibrate(self._calibration_batches())
-                qat_dir.mkdir(parents=True, exist_ok=True)
-                qat.save(qat_dir / "model.keras")
-        elif not (qat_dir / "metrics.json").is_file():
-            from keras_attn.training.config import TrainingConfig
-            from keras_attn.training.trainer import Trainer
-
-            values = self.config.to_dict()
-            values["output_dir"] = str(qat_dir)
-            values["model"].update(checkpoint=str(self.run_dir.resolve()),
-                                   quantization_aware=True, preset=None, vocabulary=None,
-                                   float_residual=self.options.float_residual,
-                                   feedforward_float_channels=(
-                                       self.options.feedforward_float_channels))
-            values["data"]["max_length"] = self.length
-            train = values["train"]
-            train.update(
-                epochs=self.options.qat_epochs, max_steps=self.options.qat_max_steps,
-                learning_rate=self.options.qat_learning_rate or train["learning_rate"] / 10,
-                warmup_ratio=0.1, warmup_steps=None, early_stopping_patience=None)
-            self.log(f"quantization-aware fine-tuning: {self.options.qat_epochs} epoch(s) "
-                     f"at learning rate {train['learning_rate']:.2e} -> {qat_dir}")
-            Trainer(TrainingConfig.from_dict(values), log=lambda m: self.log("  " + m)).run()
-        qat = keras.models.load_model(qat_dir / "model.keras")
-        differences = qat.layout_differences(self.options.float_residual,
-                                             self.options.feedforward_float_channels)
-        if differences:
-            name, found, asked = differences[0]
-            raise ExportError(
-                f"{qat_dir} holds a QAT model with {name}={found}, but this export asks "
-                f"for {name}={asked}: export to another --output-dir, or delete that "
-                "directory to retrain it")
-        return qat
+            return None
+        recipe = self.options.quantization
+        try:
+            if self.options.qat_run is not None:
+                qat_run = RunDirectory(self.options.qat_run)
+                lineage = qat_run.lineage()
+                if lineage.quantization is None:
+                    raise ExportError(f"--qat-run {qat_run.path} is not a QAT run (made by "
+                                      "`keras-attn quantize RUN`)")
+                recipe = QuantizationRecipe.from_dict(lineage.quantization)
+            else:
+                qat_run = quantize_run(self.run_dir, self.output_dir / "qat", recipe,
+                                       self.length, self.log)
+        except RunDirectoryError as error:
+            raise ExportError(str(error)) from None
+        self.recipe = recipe
+        return qat_run.load_model()
 
     def _tflite(self, qat):
-        from keras_attn.export.tflite_export import export_tflite
-        from keras_attn.export.tflite_export import tflite_op_report
 
         wanted = [v for v in TFLITE_FLOAT_VARIANTS + ("int8",)
                   if not (self.output_dir / f"model_{v}.tflite").is_file()]
@@ -328,8 +301,6 @@ class RunExporter:
         return {v: tflite_op_report(self.output_dir / f"model_{v}.tflite") for v in variants}
 
     def _onnx(self):
-        from keras_attn.export.onnx_export import export_onnx
-        from keras_attn.export.onnx_export import quantize_onnx_dynamic
 
         path = self.output_dir / "model.onnx"
         if not path.is_file():
@@ -341,7 +312,6 @@ class RunExporter:
             quantize_onnx_dynamic(path, quantized)
 
     def _saved_model(self):
-        from keras_attn.export.serving_module import export_saved_model
 
         directory = self.output_dir / "saved_model"
         if not (directory / "saved_model.pb").is_file():
@@ -349,7 +319,6 @@ class RunExporter:
             export_saved_model(self.model, self._tokenizer(), self.task.labels, directory)
 
     def _text_tflite(self):
-        from keras_attn.export.text_tflite import export_text_tflite
 
         path = self.output_dir / "model_text.tflite"
         if not path.is_file():
@@ -357,17 +326,11 @@ class RunExporter:
             export_text_tflite(self.model, self._tokenizer(), path)
 
     def _tokenizer(self):
-        from keras_attn.text.tokenizer import WordPieceTokenizer
-
-        source = self.task.tokenizer
-        return WordPieceTokenizer(source.get_vocabulary(), lowercase=self.task.lowercase,
-                                  sequence_length=self.length)
+        return self.source.tokenizer(self.length)
 
     # --- measurements -------------------------------------------------------------------
 
     def _tflite_runner(self, path):
-        from ai_edge_litert.interpreter import Interpreter
-
         interpreter = Interpreter(model_path=str(path), num_threads=2)
         runner = interpreter.get_signature_runner()
 
@@ -381,8 +344,6 @@ class RunExporter:
         return predict
 
     def _tflite_latency(self, path, threads):
-        from ai_edge_litert.interpreter import Interpreter
-
         interpreter = Interpreter(model_path=str(path), num_threads=threads)
         runner = interpreter.get_signature_runner()
         x = self._latency_input()
@@ -399,7 +360,6 @@ class RunExporter:
         return {**_percentiles(times), "num_threads": threads}
 
     def _onnx_latency(self, path, threads):
-        from keras_attn.export.onnx_export import OnnxRunner
 
         runner = OnnxRunner(str(path), threads=threads)
         x = self._latency_input()
@@ -414,19 +374,17 @@ class RunExporter:
     # --- side files ---------------------------------------------------------------------
 
     def _model_card(self, rows):
-        from keras_attn.export.golden_vectors import model_card
-        from keras_attn.export.golden_vectors import write_model_card
 
         card = model_card(
             self.task.name, list(self.task.labels.labels), self.length, self._tokenizer(),
-            lowercase=self.task.lowercase, metric=self.task.metric, crf=self._crf_section(),
+            lowercase=self.tokenizer_settings.lowercase, metric=self.task.metric,
+            crf=self._crf_section(),
             metrics={r["artifact"]: r.get("metric") for r in rows},
             source_run=str(self.run_dir.resolve()), version=_version())
         write_model_card(self.output_dir / "model_card.json", card)
 
     def _crf_section(self):
         """The card's CRF transitions (rounded), or `None` without a CRF."""
-        from keras_attn.export.golden_vectors import crf_card_section
 
         if not self.use_crf:
             return None
@@ -439,8 +397,6 @@ class RunExporter:
         """`golden_vectors.jsonl` (`keras_attn.export.golden_vectors`): texts -> ids,
         offsets, (words), Keras float logits and the labels or entity spans decoded from
         those logits, for the app's parity tests."""
-        from keras_attn.export.golden_vectors import write_golden_vectors
-        from keras_attn.text.hard_cases import HARD_CASES
 
         texts = list(HARD_CASES) + self._data_texts(self.options.golden_examples)
         # A CRF tagger's emissions; its tags are decoded from the card's transitions.
@@ -454,11 +410,9 @@ class RunExporter:
         if limit == 0:
             return []
         if self.task.name == "ner":
-            from keras_attn.text.conll_reader import ConllReader
 
             return [" ".join(s.tokens) for _, s in zip(range(limit),
                                                        ConllReader(self.eval_file))]
-        from keras_attn.text.classification_reader import ClassificationReader
 
         data = self.config.data
         reader = ClassificationReader(self.eval_file, text_column=data.text_column,
@@ -468,8 +422,6 @@ class RunExporter:
     def _crf_tags(self, logits, word_ids):
         """Viterbi tags of `(B, S, C)` emissions over each word's first piece, with the float
         model's CRF weights."""
-        from keras_attn.layers.crf import viterbi_decode
-        from keras_attn.text.ner import first_piece_mask
 
         crf = self.model.get_layer("crf")
         tags = viterbi_decode(np.asarray(logits, "float32"), crf.transitions,
@@ -509,7 +461,6 @@ class RunExporter:
         self._model_card(rows)
         golden = self._golden_vectors()
         # --- issue 23: metadata in every .tflite; MediaPipe files of a classifier ---------
-        from keras_attn.text.hard_cases import HARD_CASES
 
         self_describing = self_describing_tflite(
             self.output_dir, self.model, self._tokenizer(),
@@ -523,6 +474,7 @@ class RunExporter:
             "model_text_tflite_error": text_error,
             "self_describing_tflite": self_describing,  # issue 23
             "machine": _machine(), "seconds": round(time.perf_counter() - started, 1),
+            "quantization": qat and self.recipe.to_dict(),
             "options": {name: list(value) if isinstance(value, tuple) else value  # as JSON
                         for name, value in dataclasses.asdict(self.options).items()},
         }
@@ -534,8 +486,6 @@ class RunExporter:
         return report
 
     def _evaluate_all(self, qat):
-        from keras_attn.export.onnx_export import OnnxRunner
-        from keras_attn.export.serving_module import load_saved_model
 
         threads = self.options.latency_threads
         reference = self._collect(self._keras_predict(self.model))
@@ -579,40 +529,26 @@ class RunExporter:
 
 
 def _version():
-    from keras_attn.version import __version__
-
     return __version__
 
 
 def _machine():
-    import tensorflow as tf
-
-    from keras_attn.machine import cpu_description
-
     return {"cpu": cpu_description(), "cpu_count": os.cpu_count(), "tensorflow": tf.__version__,
             "keras": keras.__version__}
 
 
-def _qat_description(options):
-    """The line of the report saying how the QAT model was made (reports written before
-    the options were recorded have none)."""
-    if not options:
+def _qat_description(report):
+    """The line of the report saying how the QAT model was made (from the recipe, or the
+    options of reports written before the recipe was recorded)."""
+    recorded = report.get("quantization")
+    legacy = report.get("options") or {}
+    if recorded is None and "qat_epochs" in legacy:
+        names = {f.name for f in dataclasses.fields(QuantizationRecipe)}
+        recorded = {k: v for k, v in legacy.items() if k in names}
+    if recorded is None:
         return []
-    if options["qat_epochs"] == 0:
-        how = "ranges calibrated on training examples, no fine-tuning (`--qat-epochs 0`)"
-    else:
-        how = (f"{options['qat_epochs']} epoch(s) of fine-tuning"
-               + (f", at most {options['qat_max_steps']} updates"
-                  if options["qat_max_steps"] else "")
-               + (f", learning rate {options['qat_learning_rate']:g}"
-                  if options["qat_learning_rate"] else ", learning rate: the run's / 10"))
-    stream = ("residual sums and LayerNorm internals float (`--float-residual`)"
-              if options["float_residual"] else "every activation int8")
-    float_channels = options.get("feedforward_float_channels", 0)
-    if float_channels:
-        stream += (f"; the {float_channels} widest feed-forward channels of each block float "
-                   f"(`--feedforward-float-channels {float_channels}`)")
-    return [f"QAT model (`model_int8.tflite`): {how}; {stream}.", ""]
+    recipe = QuantizationRecipe.from_dict(recorded)
+    return [f"QAT model (`model_int8.tflite`): {recipe.describe()}.", ""]
 
 
 def report_markdown(report):
@@ -633,7 +569,7 @@ def report_markdown(report):
         f"{report['machine']['cpu']}, {report['machine']['cpu_count']} cores; TensorFlow "
         f"{report['machine']['tensorflow']}, Keras {report['machine']['keras']}.",
         "",
-        *_qat_description(report.get("options")),
+        *_qat_description(report),
         "Agreement: top-1 (classification) or per-token argmax (NER) equal to the Keras "
         "float model's; max |Δlogit| over real tokens. Latency: one batch-1 inference "
         "(LiteRT with XNNPACK; onnxruntime), p50 / p90 ms.",

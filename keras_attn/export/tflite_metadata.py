@@ -175,7 +175,10 @@ def embed_metadata(path, card, vocabulary, labels, mediapipe=False, output_path=
     model.buffers[entry.buffer].data = np.frombuffer(content, "uint8")
     flat = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
     output_path = pathlib.Path(output_path or path)
-    output_path.write_bytes(append_associated_files(flat, side_files(card, vocabulary, labels)))
+    data = append_associated_files(flat, side_files(card, vocabulary, labels))
+    # Unchanged metadata leaves the file untouched (a re-run export reuses its artifacts).
+    if not output_path.is_file() or output_path.read_bytes() != data:
+        output_path.write_bytes(data)
     return output_path
 
 
@@ -200,7 +203,8 @@ def append_associated_files(flatbuffer, files):
     stream.seek(0, io.SEEK_END)
     with zipfile.ZipFile(stream, "a", compression=zipfile.ZIP_STORED) as archive:
         for name, data in files.items():
-            archive.writestr(name, data)
+            # A fixed date: the same files give the same bytes (a re-run export keeps them).
+            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
     return stream.getvalue()
 
 

@@ -36,7 +36,23 @@ import json
 import pathlib
 import types
 
+import keras
 import numpy as np
+import tensorflow as tf
+
+from keras_attn.export.onnx_export import OnnxRunner
+from keras_attn.export.serving_module import load_saved_model
+from keras_attn.export.text_tflite import decode_text_entities
+from keras_attn.export.text_tflite import text_interpreter
+from keras_attn.export.tflite_metadata import TFLiteMetadataError
+from keras_attn.export.tflite_metadata import settings_from_tflite
+from keras_attn.layers.crf import viterbi_decode
+from keras_attn.text.entity_prediction import predict_entities
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.run_directory import RunDirectory
+from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.training.run_directory import output_count
 
 ID_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 TASKS = ("classification", "ner")
@@ -128,7 +144,6 @@ def _ner_result(entities, words, num_truncated_words):
 
 
 def _python_ner_results(model, tokenizer, labels, texts):
-    from keras_attn.text.entity_prediction import predict_entities
 
     results = []
     for item in predict_entities(model, tokenizer, labels, texts, batch_size=len(texts) or 1):
@@ -158,7 +173,6 @@ class KerasPredictor(Predictor):
         self.tokenizer = tokenizer
 
     def _predict(self, texts):
-        import keras
 
         if not texts:
             return []
@@ -171,34 +185,23 @@ class KerasPredictor(Predictor):
 
 
 def _load_run(run_dir, model_path):
-    import keras
-
-    from keras_attn.text.label_vocabulary import LabelVocabulary
-    from keras_attn.text.tokenizer import WordPieceTokenizer
-    from keras_attn.training.config import TrainingConfig
-    from keras_attn.training.tasks import make_task
-
-    for name in ("config.json", "vocab.txt", "labels.txt"):
-        _require(run_dir / name, f"{model_path.name} is read with the {name} of its run "
-                 "directory (written by `keras-attn train`); keep the run directory whole")
-    recorded = json.loads((run_dir / "config.json").read_text("utf-8"))
-    task = recorded.get("task")
-    if task not in TASKS:
-        raise PredictorError(
-            f"{run_dir / 'config.json'}: task {task!r} has no predictor; `keras-attn predict` "
-            "takes classification and ner runs")
-    config = TrainingConfig.from_dict(recorded)
-    # The task knows the run's lower-casing (its own, or that of the run it continued).
-    lowercase = make_task(config, run_dir, write_files=False).lowercase
-    tokenizer = WordPieceTokenizer(str(run_dir / "vocab.txt"), lowercase=lowercase,
-                                   sequence_length=config.data.max_length)
-    labels = LabelVocabulary.load(run_dir / "labels.txt")
+    run = RunDirectory(run_dir)
+    try:
+        run.require("config.json", "vocab.txt", "labels.txt",
+                    needed_for=f"{model_path.name} is read with its run directory's files")
+        task = run.task
+        if task not in TASKS:
+            raise PredictorError(
+                f"{run.path / 'config.json'}: task {task!r} has no predictor; `keras-attn "
+                "predict` takes classification and ner runs")
+        tokenizer, labels = run.tokenizer(), run.labels()
+    except RunDirectoryError as error:
+        raise PredictorError(str(error)) from None
     model = keras.models.load_model(model_path)
-    outputs = getattr(model, "num_classes", None) or getattr(model, "num_labels", None) or \
-        getattr(model, "num_outputs", None)
+    outputs = output_count(model)
     if outputs is not None and outputs != len(labels):
         raise PredictorError(
-            f"{model_path} has {outputs} outputs but {run_dir / 'labels.txt'} lists "
+            f"{model_path} has {outputs} outputs but {run.path / 'labels.txt'} lists "
             f"{len(labels)} labels: the files come from different runs")
     return KerasPredictor(model, tokenizer, labels, task, model_path)
 
@@ -210,8 +213,6 @@ class SavedModelPredictor(Predictor):
     """The `serving_default` signature of a keras-attn SavedModel (text in)."""
 
     def __init__(self, path):
-        from keras_attn.export.serving_module import load_saved_model
-        from keras_attn.text.label_vocabulary import LabelVocabulary
 
         try:
             self.saved_model = load_saved_model(path)
@@ -230,7 +231,6 @@ class SavedModelPredictor(Predictor):
         self.serve = signatures["serving_default"]
 
     def _predict(self, texts):
-        import tensorflow as tf
 
         if not texts:
             return []
@@ -264,9 +264,7 @@ class _ArtifactModel:
         self.use_crf = crf is not None
 
     def __call__(self, inputs, training=False):
-        import keras
 
-        from keras_attn.layers.crf import viterbi_decode
 
         logits = self.run_logits({name: inputs[name] for name in ID_INPUTS})
         if self.crf is None:
@@ -314,7 +312,6 @@ def _card_crf(card):
 
 
 def _read_card(artifact):
-    from keras_attn.text.label_vocabulary import LabelVocabulary
 
     card_path = artifact.parent / "model_card.json"
     _require(card_path, f"{artifact.name} is decoded with the labels, task and tokenizer "
@@ -339,7 +336,6 @@ def _read_card(artifact):
 
 
 def _card_tokenizer(artifact, card):
-    from keras_attn.text.tokenizer import WordPieceTokenizer
 
     vocab = artifact.parent / "vocab.txt"
     _require(vocab, f"{artifact.name} takes token ids: the texts are tokenized with the "
@@ -371,9 +367,6 @@ def _check_outputs(artifact, shape, card, labels):
 def _embedded_settings(path):
     """The `TFLiteSettings` embedded in a `.tflite` file when no `model_card.json` lies
     beside it (side files win when present), else `None`."""
-    from keras_attn.export.tflite_metadata import TFLiteMetadataError
-    from keras_attn.export.tflite_metadata import settings_from_tflite
-
     if (path.parent / "model_card.json").is_file():
         return None
     try:
@@ -383,7 +376,6 @@ def _embedded_settings(path):
 
 
 def _load_tflite(path, num_threads):
-    from keras_attn.export.text_tflite import text_interpreter
 
     try:
         interpreter = text_interpreter(path, num_threads=num_threads)
@@ -421,7 +413,6 @@ def _load_tflite(path, num_threads):
 
 
 def _load_onnx(path, num_threads):
-    from keras_attn.export.onnx_export import OnnxRunner
 
     card, labels = _read_card(path)
     tokenizer = _card_tokenizer(path, card)
@@ -464,7 +455,6 @@ class TextTFLitePredictor(Predictor):
                 f"lists {len(labels)} labels: the files come from different exports")
 
     def _predict(self, texts):
-        from keras_attn.export.text_tflite import decode_text_entities
 
         results = []
         for text in texts:

@@ -7,6 +7,11 @@ from keras_attn.training.config import TrainingConfig
 from keras_attn.training.global_gradient_adamw import GlobalGradientAdamW
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.optimizer import no_decay_variables
+from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.training.quantize import quantize_run
+from keras_attn.training.run_directory import RunDirectory
+from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.training.run_directory import TokenizerSettings
 from keras_attn.training.step_checkpoints import CheckpointError
 from keras_attn.training.step_checkpoints import StepCheckpoints
 from keras_attn.training.strategy import StrategyError
@@ -16,6 +21,11 @@ from keras_attn.training.trainer import train
 from keras_attn.training.warmup_decay_schedule import WarmupDecaySchedule
 
 __all__ = [
+    "TokenizerSettings",
+    "RunDirectoryError",
+    "RunDirectory",
+    "quantize_run",
+    "QuantizationRecipe",
     "BatchStream",
     "CheckpointError",
     "ConfigError",

@@ -22,6 +22,9 @@ import pathlib
 
 import yaml
 
+from keras_attn.training.quantization_recipe import recipe_default
+from keras_attn.training.quantization_recipe import recipe_help
+
 TASKS = ("classification", "ner", "mlm", "causal_lm", "seq2seq", "permutation_lm",
          "transformer_xl_lm")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
@@ -125,13 +128,11 @@ SCHEMA = {
         "quantization_aware": _key(False, bool,
                                    help="train the QatBert twin of the model (fake int8 "
                                         "quantization), usually from a trained run"),
-        "float_residual": _key(False, bool,
-                               help="quantization_aware: keep the residual sums and LayerNorm "
-                                    "internals in float (every matmul stays int8)"),
+        "float_residual": _key(recipe_default("float_residual"), bool,
+                               help="quantization_aware: " + recipe_help("float_residual")),
         "feedforward_float_channels": _key(
-            0, int, minimum=0,
-            help="float_residual: keep this many widest feed-forward channels of each block "
-                 "in float"),
+            recipe_default("feedforward_float_channels"), int, minimum=0,
+            help="quantization_aware: " + recipe_help("feedforward_float_channels")),
         "overrides": _key({}, dict, help="backbone arguments replacing the preset's"),
         "tokenizer": _key("wordpiece", str, choices=TOKENIZERS,
                           help="language models: wordpiece, characters (of data.train, plus "
@@ -400,13 +401,10 @@ class TrainingConfig:
                 "emission network only, and QAT through the CRF loss is not implemented. "
                 "Export a CRF tagger with post-training quantization (int8_ptq) instead.",
                 self.source)
-        if self.model.float_residual and not self.model.quantization_aware:
-            raise ConfigError("`model.float_residual` shapes quantization-aware training: set "
-                              "`model.quantization_aware: true` too", self.source)
-        if self.model.feedforward_float_channels and not self.model.float_residual:
+        if self.model.quantization_aware and self.model.feedforward_float_channels and \
+                not self.model.float_residual:
             raise ConfigError("`model.feedforward_float_channels` needs "
-                              "`model.float_residual: true` (and quantization_aware)",
-                              self.source)
+                              "`model.float_residual: true` (or set it to 0)", self.source)
         if self.model.use_crf and self.task != "ner":
             raise ConfigError(f"`model.use_crf` is for task 'ner'. Received: task={self.task!r}",
                               self.source)

@@ -12,17 +12,18 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.training.config import ConfigError
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.progress_reporter import ProgressReporter
 from keras_attn.training.progress_reporter import format_duration
+from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.training.run_directory import RunDirectory
+from keras_attn.training.run_directory import lineage_of
 from keras_attn.training.step_checkpoints import StepCheckpoints
 from keras_attn.training.strategy import is_chief
 from keras_attn.training.strategy import resolve_strategy
 from keras_attn.training.tasks import make_task
-
-# Training examples whose inference-mode min/max start the ranges of a new QAT model.
-QAT_CALIBRATION_EXAMPLES = 128
 
 
 class _FitRunner:
@@ -94,6 +95,83 @@ class _LoopRunner:
             self.on_step(step + 1, total / count)
 
 
+class _EpochLoop:
+    """The training loop of one `Trainer.run`: epochs of runner steps, the progress line,
+    step checkpoints, and after each epoch the dev evaluation, early stopping and a
+    checkpoint."""
+
+    def __init__(self, trainer, task, model, optimizer, stream, checkpoints, state, progress):
+        self.trainer, self.task, self.model, self.optimizer = trainer, task, model, optimizer
+        self.stream, self.checkpoints, self.state = stream, checkpoints, state
+        self.progress = progress
+        self.train = trainer.config.train
+        self.epoch_end = None  # the epoch's last step is checkpointed after its evaluation
+        self.inner = getattr(optimizer, "inner_optimizer", optimizer)
+        self.predict_functions = {}
+
+    def predict(self, x):
+        """Numpy outputs of the model for batch `x` (floats as float32). One trace per input
+        structure: its signature leaves every dimension free, so evaluation batches of other
+        sizes and lengths do not retrace."""
+        specs = tf.nest.map_structure(
+            lambda v: tf.TensorSpec([None] * np.ndim(v), tf.as_dtype(np.asarray(v).dtype)), x)
+        key = repr(specs)
+        if key not in self.predict_functions:
+            self.predict_functions[key] = tf.function(
+                lambda batch: self.model(batch, training=False), input_signature=[specs])
+        outputs = self.predict_functions[key](tf.nest.map_structure(tf.constant, x))
+        return keras.tree.map_structure(
+            lambda o: np.asarray(keras.ops.convert_to_numpy(o)).astype(
+                "float32" if np.issubdtype(np.asarray(o).dtype, np.floating) else
+                np.asarray(o).dtype), outputs)
+
+    def save(self, step):
+        self.state["step"] = step
+        if self.trainer.chief:
+            self.checkpoints.save(self.model, self.optimizer, step,
+                                  {"trainer_state": self.state})
+
+    def on_step(self, step, loss):
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"loss became {loss} at step {step}; lower train.learning_rate, keep "
+                "train.clipnorm, or use mixed_bfloat16 instead of mixed_float16")
+        learning_rate = float(keras.ops.convert_to_numpy(self.inner.learning_rate))
+        self.progress.step(step, loss, self.stream.tokens(step - 1), learning_rate)
+        if step % self.train.checkpoint_every_steps == 0 and step != self.epoch_end:
+            self.save(step)
+
+    def run(self, runner, total_steps):
+        step, steps_per_epoch = self.state["step"], self.stream.steps_per_epoch
+        self.progress.start(step)
+        while step < total_steps and not self.state["stopped_early"]:
+            epoch = step // steps_per_epoch
+            stop = self.epoch_end = min((epoch + 1) * steps_per_epoch, total_steps)
+            runner.run(step, stop)
+            step = stop
+            self.progress.end_line()
+            self.state["history"].append(self.end_of_epoch(epoch, step))
+            self.save(step)
+            self.progress.start(step)
+
+    def end_of_epoch(self, epoch, step):
+        """The epoch's history record, with its dev scores (early stopping follows them)."""
+        task, state = self.task, self.state
+        record = {"epoch": epoch + 1, "step": step,
+                  "updates": step // self.train.gradient_accumulation_steps,
+                  "tokens_per_second": round(self.progress.run_tokens_per_second, 1)}
+        if task.dev_examples is not None:
+            scores = task.evaluate(self.predict, task.dev_examples, self.train.eval_batch_size)
+            record["dev"] = scores
+            self.progress.scalars(step, scores, "dev")
+            self.trainer._early_stopping(state, task, scores[task.metric], epoch + 1,
+                                         self.model)
+            self.trainer.log(f"epoch {epoch + 1}: dev {task.metric} "
+                             f"{scores[task.metric]:.4f} (best {state['best_value']:.4f} at "
+                             f"epoch {state['best_epoch']})")
+        return record
+
+
 class Trainer:
     """Trains a task model as a `TrainingConfig` says; `run()` returns the results dict
     that is also written to `<output_dir>/metrics.json`.
@@ -101,14 +179,24 @@ class Trainer:
     Args:
         config: a `TrainingConfig`.
         log: callable receiving progress lines. Defaults to silence.
+        quantization: the `QuantizationRecipe` a quantization-aware run records in its
+            `lineage.json` (the quantize stage passes its own); derived from the config.
     """
 
-    def __init__(self, config, log=None):
+    def __init__(self, config, log=None, quantization=None):
         self.config = config
         self.log = log or (lambda message: None)
         self.output_dir = pathlib.Path(config.output_dir or "runs/train")
         self.chief = is_chief()
         self.model = None  # the trained model, after `run()`
+        model, train = config.model, config.train
+        # A quantization-aware run records its recipe in lineage.json (export reads it).
+        self.quantization = quantization or QuantizationRecipe(
+            float_residual=model.float_residual,
+            feedforward_float_channels=model.feedforward_float_channels,
+            qat_epochs=train.epochs, qat_learning_rate=train.learning_rate,
+            qat_max_steps=train.max_steps,
+        ) if model.quantization_aware else None
         self._best_weights = None
 
     # --- set-up -------------------------------------------------------------------------
@@ -147,16 +235,53 @@ class Trainer:
             keras.config.set_dtype_policy(previous_policy)
 
     def _run(self):
-        config, train, log = self.config, self.config.train, self.log
-        started = time.perf_counter()
+        train, started = self.config.train, time.perf_counter()
         self._setup_numerics()
-        strategy, description = resolve_strategy(
-            config.distribute.strategy, tpu=config.distribute.tpu,
-            logical_cpu_devices=config.distribute.logical_cpu_devices,
-        )
+        strategy, description, runner_name = self._strategy()
         replicas = strategy.num_replicas_in_sync
         global_batch, per_replica = self._batch_sizes(replicas)
-        runner_name = train.runner
+        self.log(f"strategy: {description}; runner: {runner_name}; global batch {global_batch} "
+                 f"= {replicas} replicas x {per_replica}"
+                 + (f", {train.gradient_accumulation_steps} micro-batches per update"
+                    if train.gradient_accumulation_steps > 1 else ""))
+        task, stream = self._data(global_batch)
+        total_steps = stream.steps_per_epoch * train.epochs
+        if train.max_steps is not None:
+            total_steps = min(total_steps, train.max_steps * train.gradient_accumulation_steps)
+        updates = total_steps // train.gradient_accumulation_steps
+        model, optimizer = self._model(strategy, task, updates)
+        self.log(f"model: {model.name}, {model.count_params():,} parameters; {updates:,} "
+                 f"updates ({train.epochs} epochs x "
+                 f"{stream.steps_per_epoch // train.gradient_accumulation_steps:,}"
+                 f"{', capped by max_steps' if train.max_steps else ''})")
+        checkpoints, state = self._restore(model, optimizer, stream.steps_per_epoch)
+        progress = ProgressReporter(
+            total_steps, stream.steps_per_epoch, train.log_every_steps, self.log,
+            tf.summary.create_file_writer(str(self.output_dir / "tensorboard"))
+            if self.chief else None)
+        loop = _EpochLoop(self, task, model, optimizer, stream, checkpoints, state, progress)
+        runner = _FitRunner(model, strategy, stream, loop.on_step) if runner_name == "fit" \
+            else _LoopRunner(model, strategy, stream, loop.on_step, train.jit_compile)
+        train_started = time.perf_counter()
+        loop.run(runner, total_steps)
+        train_seconds = time.perf_counter() - train_started
+        return self._finish(task, model, loop.predict, state, stream, {
+            "strategy": description, "runner": runner_name, "replicas": replicas,
+            "global_batch_size": global_batch, "per_replica_batch_size": per_replica,
+            "gradient_accumulation_steps": train.gradient_accumulation_steps,
+            "steps_per_epoch": stream.steps_per_epoch, "total_steps": total_steps,
+            "updates": updates, "train_seconds_this_process": round(train_seconds, 1),
+            "wall_seconds_this_process": round(time.perf_counter() - started, 1),
+        })
+
+    def _strategy(self):
+        """`(strategy, description, runner name)`: the `tf.distribute` strategy and whether
+        `model.fit` or the `strategy.run` loop drives it."""
+        config = self.config
+        strategy, description = resolve_strategy(
+            config.distribute.strategy, tpu=config.distribute.tpu,
+            logical_cpu_devices=config.distribute.logical_cpu_devices)
+        runner_name = config.train.runner
         if runner_name == "auto":
             multi = isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy,
                                           tf.distribute.TPUStrategy))
@@ -167,140 +292,68 @@ class Trainer:
                 "train.runner=fit cannot run under MultiWorkerMirroredStrategy: Keras 3's "
                 "fit fails there (keras-team/keras#20585). Use runner: auto or loop.",
                 config.source)
-        log(f"strategy: {description}; runner: {runner_name}; global batch {global_batch} = "
-            f"{replicas} replicas x {per_replica}"
-            + (f", {train.gradient_accumulation_steps} micro-batches per update"
-               if train.gradient_accumulation_steps > 1 else ""))
-        if self.chief:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / "config.json").write_text(
-                json.dumps(config.to_dict(), indent=1), encoding="utf-8")
+        return strategy, description, runner_name
 
-        task = make_task(config, self.output_dir, log, write_files=self.chief)
+    def _data(self, global_batch):
+        """The prepared task and its batch stream; the chief starts the run directory."""
+        config, train = self.config, self.config.train
+        task = make_task(config, self.output_dir, self.log, write_files=self.chief)
         task.prepare()
         if self.chief:
+            RunDirectory(self.output_dir).write_start(
+                config, task.tokenizer_settings(), lineage_of(
+                    config.model.checkpoint,
+                    self.quantization and self.quantization.to_dict()))
             task.save_assets(self.output_dir)
         stream = task.batch_stream(global_batch, seed=train.seed,
                                    accumulation_steps=train.gradient_accumulation_steps,
                                    bucket_by_length=train.bucket_by_length)
-        steps_per_epoch = stream.steps_per_epoch
-        total_steps = steps_per_epoch * train.epochs
-        if train.max_steps is not None:
-            total_steps = min(total_steps, train.max_steps * train.gradient_accumulation_steps)
-        updates = total_steps // train.gradient_accumulation_steps
+        return task, stream
 
+    def _model(self, strategy, task, updates):
+        """The compiled task model (its QAT twin for quantization-aware runs) and optimizer,
+        built in the strategy's scope."""
+        train = self.config.train
         task.total_updates = updates
         with strategy.scope():
             keras.utils.set_random_seed(train.seed)
             model = task.build_model()
-            if config.model.quantization_aware:
-                from keras_attn.quantization.qat_bert import QatBert
-
-                if isinstance(model, QatBert):  # a QAT run continued stays as it is
-                    _check_continued_qat_model(model, config)
-                else:
-                    model = QatBert.from_float(
-                        model, float_residual=config.model.float_residual,
-                        feedforward_float_channels=config.model.feedforward_float_channels)
-                    # Start the ranges from inference-mode min/max over a few training
-                    # batches (what export's calibration does): an EMA started from one
-                    # dropout batch clipped MiniLM's outlier activations (docs/export.md).
-                    model.calibrate(task.input_batches(QAT_CALIBRATION_EXAMPLES))
-                    count = min(QAT_CALIBRATION_EXAMPLES, len(task.train_examples))
-                    log(f"QAT activation ranges calibrated on {count} training examples "
-                        "(inference mode)")
-                log("quantization-aware training: fake int8 quantization of weights and "
-                    "activations (ranges: moving averages of the training batches)")
+            if self.config.model.quantization_aware:
+                model = self._quantization_aware(model, task)
             optimizer = make_optimizer(train, updates, model)
             optimizer.build(model.trainable_variables)
             model.compile(optimizer=optimizer, loss=task.loss(), jit_compile=train.jit_compile)
         self.model = model
-        log(f"model: {model.name}, {model.count_params():,} parameters; {updates:,} updates "
-            f"({train.epochs} epochs x {steps_per_epoch // train.gradient_accumulation_steps:,}"
-            f"{', capped by max_steps' if train.max_steps else ''})")
+        return model, optimizer
 
-        checkpoints = StepCheckpoints(self.output_dir / "checkpoints", train.keep_checkpoints,
-                                      log)
+    def _quantization_aware(self, model, task):
+        if isinstance(model, QatBert):  # a QAT run continued stays as it is
+            _check_continued_qat_model(model, self.config)
+        else:
+            model = QatBert.from_float(model, **self.quantization.layout())
+            # Start the ranges from inference-mode min/max over a few training batches
+            # (what the quantize stage's calibration does): an EMA started from one dropout
+            # batch clipped MiniLM's outlier activations (docs/export.md).
+            count = self.quantization.calibration_examples
+            model.calibrate(task.input_batches(count))
+            self.log(f"QAT activation ranges calibrated on "
+                     f"{min(count, len(task.train_examples))} training examples "
+                     "(inference mode)")
+        self.log("quantization-aware training: fake int8 quantization of weights and "
+                 "activations (ranges: moving averages of the training batches)")
+        return model
+
+    def _restore(self, model, optimizer, steps_per_epoch):
+        """`(checkpoints, trainer state)`, resumed from the latest checkpoint if any."""
+        checkpoints = StepCheckpoints(self.output_dir / "checkpoints",
+                                      self.config.train.keep_checkpoints, self.log)
         state = self._trainer_state()
         meta = checkpoints.restore_latest(model, optimizer)
         if meta is not None:
             state.update(meta["trainer_state"])
-            log(f"resumed from checkpoint at step {state['step']} "
-                f"(epoch {state['step'] / steps_per_epoch:.2f})")
-
-        writer = tf.summary.create_file_writer(str(self.output_dir / "tensorboard")) \
-            if self.chief else None
-        progress = ProgressReporter(total_steps, steps_per_epoch, train.log_every_steps, log,
-                                    writer)
-        inner = getattr(optimizer, "inner_optimizer", optimizer)
-
-        def learning_rate():  # the schedule's value at the current update
-            return float(keras.ops.convert_to_numpy(inner.learning_rate))
-
-        def save(step):
-            state["step"] = step
-            extra = {"trainer_state": state}
-            if self.chief:
-                checkpoints.save(model, optimizer, step, extra)
-
-        epoch_end = {"value": None}
-
-        def on_step(step, loss):
-            if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"loss became {loss} at step {step}; lower train.learning_rate, keep "
-                    "train.clipnorm, or use mixed_bfloat16 instead of mixed_float16")
-            progress.step(step, loss, stream.tokens(step - 1), learning_rate())
-            if step % train.checkpoint_every_steps == 0 and step != epoch_end["value"]:
-                save(step)
-
-        if runner_name == "fit":
-            runner = _FitRunner(model, strategy, stream, on_step)
-        else:
-            runner = _LoopRunner(model, strategy, stream, on_step, train.jit_compile)
-
-        predict_function = tf.function(lambda x: model(x, training=False),
-                                       reduce_retracing=True)
-
-        def predict(x):
-            outputs = predict_function(x)
-            return keras.tree.map_structure(
-                lambda o: np.asarray(keras.ops.convert_to_numpy(o)).astype(
-                    "float32" if np.issubdtype(np.asarray(o).dtype, np.floating) else
-                    np.asarray(o).dtype), outputs)
-
-        step = state["step"]
-        progress.start(step)
-        train_started = time.perf_counter()
-        while step < total_steps and not state["stopped_early"]:
-            epoch = step // steps_per_epoch
-            stop = min((epoch + 1) * steps_per_epoch, total_steps)
-            epoch_end["value"] = stop
-            runner.run(step, stop)
-            step = stop
-            progress.end_line()
-            record = {"epoch": epoch + 1, "step": step,
-                      "updates": step // train.gradient_accumulation_steps,
-                      "tokens_per_second": round(progress.run_tokens_per_second, 1)}
-            if task.dev_examples is not None:
-                scores = task.evaluate(predict, task.dev_examples, train.eval_batch_size)
-                record["dev"] = scores
-                progress.scalars(step, scores, "dev")
-                self._early_stopping(state, task, scores[task.metric], epoch + 1, model)
-                log(f"epoch {epoch + 1}: dev {task.metric} {scores[task.metric]:.4f} "
-                    f"(best {state['best_value']:.4f} at epoch {state['best_epoch']})")
-            state["history"].append(record)
-            save(step)
-            progress.start(step)
-        train_seconds = time.perf_counter() - train_started
-        return self._finish(task, model, predict, state, stream, {
-            "strategy": description, "runner": runner_name, "replicas": replicas,
-            "global_batch_size": global_batch, "per_replica_batch_size": per_replica,
-            "gradient_accumulation_steps": train.gradient_accumulation_steps,
-            "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
-            "updates": updates, "train_seconds_this_process": round(train_seconds, 1),
-            "wall_seconds_this_process": round(time.perf_counter() - started, 1),
-        })
+            self.log(f"resumed from checkpoint at step {state['step']} "
+                     f"(epoch {state['step'] / steps_per_epoch:.2f})")
+        return checkpoints, state
 
     def _early_stopping(self, state, task, value, epoch, model):
         best = state["best_value"]
@@ -351,9 +404,7 @@ class Trainer:
             trained = task.inference_model(model)
             inference = trained.__class__.from_config(trained.get_config())
             inference.set_weights(trained.get_weights())
-            inference.save(self.output_dir / "model.keras")
-            (self.output_dir / "metrics.json").write_text(
-                json.dumps(results, indent=1, default=float), encoding="utf-8")
+            RunDirectory(self.output_dir).write_finish(inference, results)
             log(f"wrote {self.output_dir / 'model.keras'} and {self.output_dir / 'metrics.json'}"
                 f" in {format_duration(facts['wall_seconds_this_process'])}")
         return results
@@ -372,6 +423,6 @@ def _check_continued_qat_model(model, config):
             "it, or continue its float run instead", config.source)
 
 
-def train(config, log=None):
+def train(config, log=None, quantization=None):
     """Trains as `config` (a `TrainingConfig`) says and returns the results dict."""
-    return Trainer(config, log).run()
+    return Trainer(config, log, quantization).run()

@@ -1,7 +1,6 @@
 """What a training task provides to the trainer, and the pieces BERT tasks share."""
 
 import abc
-import json
 import math
 import os
 import pathlib
@@ -9,9 +8,20 @@ import pathlib
 import keras
 import numpy as np
 
+from keras_attn.checkpoints.hf_bert import load_hf_bert
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.xlnet_backbone import XLNetBackbone
+from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.vocabulary import load_vocabulary
+from keras_attn.text.vocabulary import save_vocabulary
+from keras_attn.text.vocabulary import train_wordpiece_vocabulary
 from keras_attn.training.batch_stream import BatchStream
+from keras_attn.training.config import ConfigError
+from keras_attn.training.run_directory import RunDirectory
+from keras_attn.training.run_directory import TokenizerSettings
+from keras_attn.training.run_directory import continued_run
+from keras_attn.training.run_directory import output_count
 
 PAD_MULTIPLE = 8
 # Tasks that can fine-tune the encoder of an `mlm` run (`model.checkpoint: <run dir>`).
@@ -96,6 +106,16 @@ class Task(abc.ABC):
                            accumulation_steps=accumulation_steps,
                            bucket_by_length=bucket_by_length)
 
+    @property
+    def lowercase(self):
+        """Lower-casing of the tokenizer (WordPiece tasks)."""
+        return self.config.model.lowercase
+
+    def tokenizer_settings(self):
+        """The `TokenizerSettings` in effect, recorded as the run's `tokenizer.json`."""
+        return TokenizerSettings(kind=self.config.model.tokenizer, lowercase=self.lowercase,
+                                 max_length=self.config.data.max_length)
+
     def inference_model(self, model):
         """The model to save and export from the trained `model` (a task may train a
         wrapper with training-only heads around it)."""
@@ -118,8 +138,6 @@ class Task(abc.ABC):
     def save_assets(self, directory):
         """Writes what serving needs beside the model: `vocab.txt` of `self.tokenizer` and,
         for tasks with labels, `labels.txt` of `self.labels`."""
-        from keras_attn.text.vocabulary import save_vocabulary
-
         save_vocabulary(self.tokenizer.get_vocabulary(), pathlib.Path(directory) / "vocab.txt")
         if getattr(self, "labels", None) is not None:
             self.labels.save(directory)
@@ -139,10 +157,6 @@ class BertTask(Task):
     def vocabulary(self, training_texts):
         """Vocabulary tokens: the checkpoint's, the configured file, or learned from
         `training_texts()` (and saved as `vocab.txt` in the run directory)."""
-        from keras_attn.text.vocabulary import load_vocabulary
-        from keras_attn.text.vocabulary import save_vocabulary
-        from keras_attn.text.vocabulary import train_wordpiece_vocabulary
-
         model = self.config.model
         if model.checkpoint is not None:
             directory = self.checkpoint_directory()
@@ -167,7 +181,6 @@ class BertTask(Task):
         if checkpoint == "minilm":
             return minilm_directory()
         if not os.path.isdir(checkpoint):
-            from keras_attn.training.config import ConfigError
 
             raise ConfigError(
                 f"model.checkpoint={checkpoint}: no such directory. Name 'minilm', a Hugging "
@@ -175,60 +188,48 @@ class BertTask(Task):
                 "(train that run first)", self.config.source)
         return checkpoint
 
-    def _run_directory(self):
-        """`(directory, task)` of the `keras-attn train` run `model.checkpoint` names, or
-        `(None, None)` for a backbone checkpoint or none."""
-        checkpoint = self.config.model.checkpoint
-        if checkpoint in (None, "minilm"):
-            return None, None
-        directory = pathlib.Path(checkpoint)
-        if not (directory / "model.keras").is_file():
-            return None, None
-        recorded = directory / "config.json"
-        task = json.loads(recorded.read_text("utf-8"))["task"] if recorded.is_file() else None
-        return directory, task
+    def checkpoint_run(self):
+        """The `RunDirectory` that `model.checkpoint` names, or `None` for a backbone
+        checkpoint (`minilm`, a Hugging Face directory) or none."""
+        return continued_run(self.config.model.checkpoint)
 
     def pretraining_run(self):
-        """The `mlm` run directory `model.checkpoint` names when this task fine-tunes its
-        encoder (BERT's pretrain-then-fine-tune), else `None`."""
-        directory, task = self._run_directory()
-        return directory if task in PRETRAINING_TASKS and self.name in FINE_TUNING_TASKS \
-            else None
+        """The checkpoint run when this task fine-tunes its encoder (an `mlm` or
+        `permutation_lm` run fine-tuned by classification or ner), else `None`."""
+        run = self.checkpoint_run()
+        if run is None or self.name not in FINE_TUNING_TASKS:
+            return None
+        return run if run.task in PRETRAINING_TASKS else None
 
     def trained_run(self):
-        """The `keras-attn train` run directory `model.checkpoint` names (it holds
-        `model.keras`: the whole task model, e.g. to continue with quantization-aware
-        training), or `None` for a backbone checkpoint, a pretraining run or none."""
-        directory, task = self._run_directory()
-        if directory is None or self.pretraining_run() is not None:
+        """The checkpoint run when this task continues it (the same task: more epochs, or
+        quantization-aware training), else `None`."""
+        run = self.checkpoint_run()
+        if run is None or self.pretraining_run() is not None:
             return None
-        checkpoint = self.config.model.checkpoint
-        if task is not None and task != self.name:
-            from keras_attn.training.config import ConfigError
-
+        if run.task is not None and run.task != self.name:
             raise ConfigError(
-                f"model.checkpoint={checkpoint} is a run of task {task!r}; task {self.name!r} "
-                "cannot continue it: use a run of the same task (or, for "
-                f"{' and '.join(FINE_TUNING_TASKS)}, an mlm run)", self.config.source)
-        return directory
+                f"model.checkpoint={self.config.model.checkpoint} is a run of task "
+                f"{run.task!r}; task {self.name!r} cannot continue it: use a run of the same "
+                f"task (or, for {' and '.join(FINE_TUNING_TASKS)}, an mlm run)",
+                self.config.source)
+        return run
 
     @property
     def lowercase(self):
-        """Lower-casing of the tokenizer: a trained or pretraining run's own setting, else
-        the config's."""
-        run = self.trained_run() or self.pretraining_run()
-        if run is not None and (run / "config.json").is_file():
-            return json.loads((run / "config.json").read_text("utf-8"))["model"]["lowercase"]
+        """Lower-casing of the tokenizer: that of the run this one continues or fine-tunes
+        (its model learned with it), else the config's."""
+        run = self.checkpoint_run()
+        if run is not None and (run.path / "config.json").is_file():
+            return run.tokenizer_settings().lowercase
         return self.config.model.lowercase
 
     def task_labels(self, training_labels):
         """The label vocabulary: a trained run's (its model's outputs are in that order), this
         run's saved one (a resumed run), or built from `training_labels()`."""
-        from keras_attn.text.label_vocabulary import LabelVocabulary
-
-        for directory in (self.trained_run(), self.output_dir):
-            if directory is not None and (directory / "labels.txt").is_file():
-                return LabelVocabulary.load(directory / "labels.txt")
+        for run in (self.trained_run(), RunDirectory(self.output_dir)):
+            if run is not None and (run.path / "labels.txt").is_file():
+                return run.labels()
         return LabelVocabulary.build(training_labels())
 
     def trained_model(self, model_class, num_outputs, head, hint="use a run of the same task",
@@ -238,13 +239,10 @@ class BertTask(Task):
         `expected`, or the `QatBert` (with that `head`) of a quantization-aware run; its
         input length must cover `data.max_length`. `hint` ends the error for a model of
         another class. `None` when `model.checkpoint` is not a run directory."""
-        from keras_attn.quantization.qat_bert import QatBert
-        from keras_attn.training.config import ConfigError
-
         run = self.trained_run()
         if run is None:
             return None
-        model = keras.models.load_model(run / "model.keras")
+        model = run.load_model(compile=True)
         source = f"model.checkpoint={self.config.model.checkpoint}"
         if isinstance(model, QatBert):
             found = {"head": model.head, "num_outputs": model.num_outputs}
@@ -254,8 +252,7 @@ class BertTask(Task):
             found = {k: getattr(model, k) for k in expected}
             wanted = dict(expected)
             if num_outputs is not None:
-                found["num_outputs"] = model.num_classes \
-                    if model_class.__name__ == "BertClassifier" else model.num_labels
+                found["num_outputs"] = output_count(model)
                 wanted["num_outputs"] = num_outputs
             limit = model.backbone.max_sequence_length
         else:
@@ -270,15 +267,13 @@ class BertTask(Task):
         if self.config.data.max_length > limit:
             raise ConfigError(
                 f"data.max_length={self.config.data.max_length} exceeds the "
-                f"max_sequence_length={limit} of the model in {run}: use at most {limit}",
+                f"max_sequence_length={limit} of the model in {run.path}: use at most {limit}",
                 self.config.source)
-        self.log(f"continuing from the trained model {run / 'model.keras'}")
+        self.log(f"continuing from the trained model {run.path / 'model.keras'}")
         return model
 
     def backbone(self, vocabulary_size):
         """A pretrained (`model.checkpoint`) or freshly initialized (`model.preset`) backbone."""
-        from keras_attn.checkpoints.hf_bert import load_hf_bert
-
         model = self.config.model
         pretraining = self.pretraining_run()
         if pretraining is not None:
@@ -295,10 +290,8 @@ class BertTask(Task):
         """The encoder of the `mlm` run in `run`, rebuilt with `model.overrides` (e.g. a
         fine-tuning dropout) and its trained weights; its position table must cover
         `data.max_length`."""
-        from keras_attn.training.config import ConfigError
-
         source = f"model.checkpoint={self.config.model.checkpoint}"
-        pretrained = keras.models.load_model(run / "model.keras", compile=False).backbone
+        pretrained = run.load_model().backbone
         if isinstance(pretrained, XLNetBackbone):  # a permutation_lm run: its content stream
             pretrained = pretrained.content_stream_backbone()
         config = {**pretrained.get_config(), **self.config.model.overrides}
@@ -316,9 +309,9 @@ class BertTask(Task):
             raise ConfigError(
                 f"data.max_length={self.config.data.max_length} exceeds the "
                 f"max_sequence_length={limit} of the encoder "
-                f"pretrained in {run}: use at most {backbone.max_sequence_length}",
+                f"pretrained in {run.path}: use at most {backbone.max_sequence_length}",
                 self.config.source)
-        self.log(f"fine-tuning the encoder pretrained in {run / 'model.keras'}")
+        self.log(f"fine-tuning the encoder pretrained in {run.path / 'model.keras'}")
         return backbone
 
     @staticmethod

@@ -1,0 +1,171 @@
+"""How a float run becomes its int8 model: the one declaration of the quantization settings.
+
+`QuantizationRecipe` is read by the `quantize` stage, `keras-attn quantize` / `export` / `demo`
+(their flags are generated from its fields), the training config (`model.float_residual`,
+`model.feedforward_float_channels`) and the result scripts. Its defaults are the recipe
+measured best on SST-2 and CoNLL-2003 MiniLM runs (`docs/export_results.md`): the residual
+stream and LayerNorm in float, the 4 widest feed-forward channels of each block in float
+(LLM.int8()'s decomposition, Dettmers et al., 2022), activation ranges calibrated on training
+examples without QAT epochs. `QuantizationRecipe.all_int8()` is the all-int8 alternative.
+"""
+
+import dataclasses
+
+from keras_attn.layers.validation import check_bool
+from keras_attn.layers.validation import check_number_above
+from keras_attn.layers.validation import check_positive_int
+
+
+def _setting(default, help, flag_type=None, metavar=None):
+    return dataclasses.field(default=default, metadata={"help": help, "type": flag_type,
+                                                        "metavar": metavar})
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizationRecipe:
+    """The settings of the `quantize` stage (see the module docstring).
+
+    Attributes:
+        float_residual: keep the residual sums and LayerNorm internals in float
+            (`QatBert(float_residual=True)`): `model_int8.tflite` runs ADD and LayerNorm in
+            float and every matmul in int8.
+        feedforward_float_channels: with `float_residual`, the widest feed-forward hidden
+            channels of each block kept in float (their outliers would set the int8 scales).
+        qat_epochs: epochs of quantization-aware fine-tuning; 0 calibrates the activation
+            ranges on training examples only.
+        qat_learning_rate: peak learning rate of QAT; `None` is a tenth of the run's.
+        qat_max_steps: cap on QAT updates (quick runs).
+        calibration_examples: training examples whose inference-mode min/max set the
+            activation ranges (QAT starts from them too; PTQ calibrates on them).
+
+    Example:
+    >>> recipe = QuantizationRecipe()
+    >>> recipe.float_residual, recipe.feedforward_float_channels, recipe.qat_epochs
+    (True, 4, 0)
+    >>> QuantizationRecipe.all_int8().float_residual
+    False
+    """
+
+    float_residual: bool = _setting(
+        True, "keep the residual sums and LayerNorm internals in float (every matmul stays "
+              "int8)")
+    feedforward_float_channels: int = _setting(
+        4, "with float_residual: keep this many widest feed-forward channels of each block in "
+           "float (0: none)", int, "K")
+    qat_epochs: int = _setting(
+        0, "quantization-aware fine-tuning epochs (0: calibrate the ranges only)", int)
+    qat_learning_rate: float = _setting(
+        None, "QAT peak learning rate (default: the run's / 10)", float)
+    qat_max_steps: int = _setting(None, "cap on QAT updates", int)
+    calibration_examples: int = _setting(
+        128, "training examples calibrating the activation ranges", int)
+
+    def __post_init__(self):
+        check_bool("float_residual", self.float_residual)
+        _check_count("feedforward_float_channels", self.feedforward_float_channels)
+        _check_count("qat_epochs", self.qat_epochs)
+        if self.qat_max_steps is not None:
+            check_positive_int("qat_max_steps", self.qat_max_steps)
+        check_positive_int("calibration_examples", self.calibration_examples)
+        if self.qat_learning_rate is not None:
+            check_number_above("qat_learning_rate", self.qat_learning_rate, 0)
+        if self.feedforward_float_channels and not self.float_residual:
+            raise ValueError(
+                "`feedforward_float_channels` needs `float_residual=True` (remove "
+                "--all-int8, or set --feedforward-float-channels 0). Received: "
+                f"feedforward_float_channels={self.feedforward_float_channels}, "
+                "float_residual=False")
+
+    @classmethod
+    def all_int8(cls, **changes):
+        """Every activation int8 (the residual stream too): smaller graphs, lower accuracy."""
+        return cls(**{"float_residual": False, "feedforward_float_channels": 0, **changes})
+
+    def layout(self):
+        """The arguments that shape the QAT model (`QatBert.from_float(**layout)`)."""
+        return {"float_residual": self.float_residual,
+                "feedforward_float_channels": self.feedforward_float_channels}
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        """The recipe recorded by `to_dict` (unknown keys are an error, missing ones default)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown quantization setting {unknown[0]!r}; known: "
+                             f"{sorted(names)}. Received: {values!r}")
+        return cls(**values)
+
+    def describe(self):
+        """One line saying how the int8 model is made (export report, logs)."""
+        if self.qat_epochs == 0:
+            how = (f"ranges calibrated on {self.calibration_examples} training examples, no "
+                   "fine-tuning")
+        else:
+            how = (f"{self.qat_epochs} epoch(s) of quantization-aware fine-tuning"
+                   + (f", at most {self.qat_max_steps} updates" if self.qat_max_steps else "")
+                   + (f", learning rate {self.qat_learning_rate:g}" if self.qat_learning_rate
+                      else ", learning rate: the run's / 10"))
+        stream = ("residual sums and LayerNorm internals float" if self.float_residual
+                  else "every activation int8 (--all-int8)")
+        if self.feedforward_float_channels:
+            stream += (f"; the {self.feedforward_float_channels} widest feed-forward channels "
+                       "of each block float")
+        return f"{how}; {stream}"
+
+    # --- command line -------------------------------------------------------------------
+
+    @classmethod
+    def add_arguments(cls, parser):
+        """Adds `--all-int8` and one flag per setting (`--qat-epochs` ...) to `parser`."""
+        group = parser.add_argument_group(
+            "quantization", "how model_int8.tflite is made; the defaults are the measured "
+                            "best recipe (docs/export.md)")
+        group.add_argument("--all-int8", action="store_true",
+                           help="quantize every activation, the residual stream too (default: "
+                                "residual stream and widest feed-forward channels float)")
+        for field in dataclasses.fields(cls):
+            if field.name == "float_residual":
+                continue  # --all-int8
+            flag = "--" + field.name.replace("_", "-")
+            default = "" if field.default is None else f" (default: {field.default})"
+            group.add_argument(flag, type=field.metadata["type"], default=None,
+                               metavar=field.metadata["metavar"],
+                               help=field.metadata["help"] + default)
+
+    def to_flags(self):
+        """The command-line flags that give this recipe (only what differs from the default)."""
+        default = QuantizationRecipe() if self.float_residual else QuantizationRecipe.all_int8()
+        flags = [] if self.float_residual else ["--all-int8"]
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name != "float_residual" and value != getattr(default, field.name):
+                flags += ["--" + field.name.replace("_", "-"), str(value)]
+        return flags
+
+    @classmethod
+    def from_arguments(cls, args):
+        """The recipe of parsed flags added by `add_arguments` (unset flags: defaults)."""
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                  if f.name != "float_residual" and getattr(args, f.name, None) is not None}
+        if args.all_int8:
+            return cls.all_int8(**values)
+        return cls(**values)
+
+
+def _check_count(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` must be an integer >= 0. Received: {name}={value!r}")
+
+
+def recipe_default(name):
+    """Default of one recipe setting (the training config's keys read it)."""
+    return QuantizationRecipe.__dataclass_fields__[name].default
+
+
+def recipe_help(name):
+    return QuantizationRecipe.__dataclass_fields__[name].metadata["help"]
+

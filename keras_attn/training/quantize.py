@@ -1,0 +1,137 @@
+"""`keras-attn quantize RUN`: the stage that turns a float classification or NER run into a
+quantization-aware (QAT) run directory, which `keras-attn export` converts to
+`model_int8.tflite`.
+
+With the default `QuantizationRecipe` (the measured best) the stage only calibrates: it
+builds the `QatBert` twin of the run's model (`QatBert.from_float`) and sets its activation
+ranges from the inference-mode min/max of training examples. With `qat_epochs > 0` it
+fine-tunes that twin with `keras-attn train`'s public entry point, continuing the float run
+(`model.checkpoint=RUN`, `model.quantization_aware=true`). Either way the output is a run
+directory like any other (`docs/pipeline.md`); its `lineage.json` names the float run and the
+recipe. Running it again reuses a finished output made with the same recipe.
+"""
+
+import numpy as np
+
+from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.training.config import ConfigError
+from keras_attn.training.config import TrainingConfig
+from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.training.run_directory import RunDirectory
+from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.training.run_directory import lineage_of
+from keras_attn.training.tasks import make_task
+from keras_attn.training.trainer import train
+
+QUANTIZABLE_TASKS = ("classification", "ner")
+
+
+def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None):
+    """Makes (or reuses) the QAT run directory of a float run.
+
+    Args:
+        run_dir: the float `keras-attn train` run (classification or ner, without a CRF).
+        output_dir: the QAT run directory to write.
+        recipe: a `QuantizationRecipe`; defaults to the measured best.
+        sequence_length: length the calibration examples are padded to (the export's fixed
+            length); defaults to the run's `data.max_length`.
+        log: callable receiving progress lines.
+
+    Returns:
+        The `RunDirectory` of the QAT run.
+    """
+    recipe = recipe or QuantizationRecipe()
+    log = log or (lambda message: None)
+    source, output = RunDirectory(run_dir), RunDirectory(output_dir)
+    source.require("model.keras", "config.json", "vocab.txt", "labels.txt",
+                   needed_for="quantizing a float run")
+    config = source.config()
+    _check_quantizable(source, config)
+    if (output.path / "metrics.json").is_file():
+        _check_same_recipe(output, recipe)
+        log(f"QAT model: reusing {output.path} ({recipe.describe()})")
+        return output
+    if recipe.qat_epochs == 0:
+        _calibrate(source, output, config, recipe, sequence_length, log)
+    else:
+        _fine_tune(source, output, config, recipe, sequence_length, log)
+    return output
+
+
+def _check_quantizable(source, config):
+    if config.task not in QUANTIZABLE_TASKS:
+        raise RunDirectoryError(
+            f"{source.path}: task {config.task!r} has no int8 model; quantize and export take "
+            f"{' and '.join(QUANTIZABLE_TASKS)} runs")
+    if config.model.use_crf:
+        raise RunDirectoryError(
+            f"{source.path}: a CRF tagger has no QAT model (QatBert has no CRF loss); its int8 "
+            "model is made by post-training quantization (model_int8_ptq.tflite)")
+    if config.model.quantization_aware:
+        raise RunDirectoryError(
+            f"{source.path} is already a QAT run: quantize its float run "
+            f"({source.lineage().source})")
+
+
+def _check_same_recipe(output, recipe):
+    recorded = output.lineage().quantization
+    if recorded is None or QuantizationRecipe.from_dict(recorded) != recipe:
+        raise RunDirectoryError(
+            f"{output.path} holds a QAT run made with another recipe ({recorded}); this one "
+            f"asks for {recipe.to_dict()}: use another output directory, or delete that one "
+            "to quantize again")
+
+
+def _qat_config(source, config, recipe, length):
+    """The QAT run's training config: the float run continued with quantization-aware
+    training (what `keras-attn train` would be given to make the same run)."""
+    overrides = [
+        ("output_dir", None), ("model.checkpoint", str(source.path.resolve())),
+        ("model.quantization_aware", True), ("model.preset", None),
+        ("model.vocabulary", None), ("data.max_length", length),
+        *((f"model.{k}", v) for k, v in recipe.layout().items()),
+        ("train.epochs", max(recipe.qat_epochs, 1)), ("train.max_steps", recipe.qat_max_steps),
+        ("train.learning_rate",
+         recipe.qat_learning_rate or config.train.learning_rate / 10),
+        ("train.warmup_ratio", 0.1), ("train.warmup_steps", None),
+        ("train.early_stopping_patience", None),
+    ]
+    try:
+        return TrainingConfig.from_dict(source.recorded_config(), overrides,
+                                        source=str(source.file("config.json")))
+    except ConfigError as error:
+        raise RunDirectoryError(f"{source.path} cannot be continued with quantization-aware "
+                                f"training: {error}") from None
+
+
+def _calibrate(source, output, config, recipe, sequence_length, log):
+    length = sequence_length or config.data.max_length
+    task = make_task(config, source.path, log, write_files=False)
+    task.prepare()
+    batches = [_padded(x, length) for x in task.input_batches(recipe.calibration_examples)]
+    qat = QatBert.from_float(source.load_model(), **recipe.layout())
+    qat.calibrate(batches)
+    count = min(recipe.calibration_examples, len(task.train_examples))
+    log(f"QAT model calibrated on {count} training examples, no fine-tuning -> {output.path}")
+    qat_config = _qat_config(source, config, recipe, length)
+    qat_config.output_dir = str(output.path)
+    output.write_start(qat_config, task.tokenizer_settings(),
+                       lineage_of(str(source.path.resolve()), recipe.to_dict()))
+    task.save_assets(output.path)
+    output.write_finish(qat, {"task": config.task, "quantization": recipe.to_dict(),
+                              "calibration_examples": count, "sequence_length": length})
+
+
+def _fine_tune(source, output, config, recipe, sequence_length, log):
+    qat_config = _qat_config(source, config, recipe, sequence_length or config.data.max_length)
+    qat_config.output_dir = str(output.path)
+    log(f"quantization-aware fine-tuning: {recipe.describe()} -> {output.path}")
+    # The trainer records its own recipe; the stage's (calibration count included) wins.
+    train(qat_config, log=lambda message: log("  " + message),
+          quantization=recipe)
+
+
+def _padded(x, length):
+    """A calibration batch without `label_mask`, padded with zeros to `(B, length)`."""
+    return {name: np.pad(np.asarray(value, "int32"), ((0, 0), (0, length - np.shape(value)[1])))
+            for name, value in x.items() if name != "label_mask"}

@@ -1,0 +1,218 @@
+"""The run directory: the one contract between keras-attn's stages.
+
+`keras-attn train` and `keras-attn quantize` write a run directory; `quantize`, `export`,
+`predict`, `explain` and `serve` read one, only through `RunDirectory` (docs/pipeline.md):
+
+    RUN/
+      config.json      the training configuration as run
+      tokenizer.json   the tokenizer in effect (after continuing another run): kind,
+                       lowercase, max_length
+      lineage.json     what the run started from: nothing, a checkpoint, or another run
+                       (with that run's task); for a QAT run, its quantization recipe
+      vocab.txt        WordPiece vocabulary (characters.json for character tokenizers)
+      labels.txt       class labels or NER tags (classification and ner runs)
+      model.keras      the trained model (best weights), for inference and export
+      metrics.json     the results; written last, so it marks a finished run
+      checkpoints/ tensorboard/ best.weights.h5   training state (resuming)
+
+Runs written before `tokenizer.json` and `lineage.json` existed are read too: their settings
+are derived from `config.json` and the run they continued, as training derived them.
+"""
+
+import dataclasses
+import json
+import pathlib
+
+import keras
+
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.config import TrainingConfig
+
+# Which command writes each file (an error for a missing file says so).
+WRITTEN_BY = {
+    "config.json": "keras-attn train CONFIG (at its start)",
+    "tokenizer.json": "keras-attn train CONFIG (at its start)",
+    "lineage.json": "keras-attn train CONFIG (at its start)",
+    "vocab.txt": "keras-attn train CONFIG (at its start)",
+    "labels.txt": "keras-attn train CONFIG of a classification or ner task",
+    "model.keras": "a finished keras-attn train CONFIG (re-run it to resume from "
+                   "checkpoints/) or keras-attn quantize RUN",
+    "metrics.json": "a finished keras-attn train CONFIG or keras-attn quantize RUN",
+}
+
+
+class RunDirectoryError(ValueError):
+    """A run directory lacks a file or holds inconsistent ones."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSettings:
+    """The tokenizer a run's model reads: `kind` (wordpiece, characters, bytes), `lowercase`
+    (WordPiece) and `max_length` (tokens per example, specials included)."""
+
+    kind: str
+    lowercase: bool
+    max_length: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Lineage:
+    """Where a run started: `source` is `None` (from scratch), a checkpoint (`"minilm"`, a
+    Hugging Face directory) or a run directory; `source_task` is that run's task;
+    `quantization` the recipe dict of a QAT run."""
+
+    source: str = None
+    source_kind: str = "scratch"  # scratch | checkpoint | run
+    source_task: str = None
+    quantization: dict = None
+
+
+class RunDirectory:
+    """Reads (and, for the training and quantize stages, writes) one run directory.
+
+    Args:
+        path: the directory.
+
+    Example:
+    >>> run = RunDirectory("runs/does_not_exist")
+    >>> run.is_run()
+    False
+    """
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+
+    def __repr__(self):
+        return f"RunDirectory({str(self.path)!r})"
+
+    def is_run(self):
+        """Whether the directory holds a trained model (`model.keras`)."""
+        return (self.path / "model.keras").is_file()
+
+    def file(self, name, needed_for=None):
+        """Path of `name`, or a `RunDirectoryError` naming it and the command that writes it."""
+        path = self.path / name
+        if not path.is_file():
+            purpose = f" ({needed_for})" if needed_for else ""
+            raise RunDirectoryError(
+                f"{path} is missing{purpose}: a run directory gets it from "
+                f"`{WRITTEN_BY.get(name, 'keras-attn train CONFIG')}`; point at such a "
+                "directory and keep it whole")
+        return path
+
+    def require(self, *names, needed_for=None):
+        for name in names:
+            self.file(name, needed_for)
+
+    # --- reading ------------------------------------------------------------------------
+
+    def recorded_config(self):
+        """`config.json` as a dict."""
+        return _read_json(self.file("config.json"))
+
+    def config(self):
+        """The run's `TrainingConfig`."""
+        path = self.file("config.json")
+        return TrainingConfig.from_dict(_read_json(path), source=str(path))
+
+    @property
+    def task(self):
+        return self.recorded_config().get("task")
+
+    def tokenizer_settings(self):
+        """The `TokenizerSettings` the run's model was trained with."""
+        if (self.path / "tokenizer.json").is_file():
+            return TokenizerSettings(**_read_json(self.path / "tokenizer.json"))
+        config = self.recorded_config()  # a run written before tokenizer.json
+        model, data = config.get("model", {}), config.get("data", {})
+        lowercase = model.get("lowercase", True)
+        source = continued_run(model.get("checkpoint"))
+        if source is not None and (source.path / "config.json").is_file():
+            lowercase = source.tokenizer_settings().lowercase
+        return TokenizerSettings(kind=model.get("tokenizer", "wordpiece"), lowercase=lowercase,
+                                 max_length=data.get("max_length", 128))
+
+    def tokenizer(self, sequence_length=None):
+        """The run's `WordPieceTokenizer`, packing to `sequence_length` (default: the run's
+        `max_length`)."""
+        settings = self.tokenizer_settings()
+        if settings.kind != "wordpiece":
+            raise RunDirectoryError(
+                f"{self.path}: a {settings.kind} language-model run has no WordPiece "
+                "tokenizer; predict, explain and export take classification and ner runs")
+        return WordPieceTokenizer(str(self.file("vocab.txt")), lowercase=settings.lowercase,
+                                  sequence_length=sequence_length or settings.max_length)
+
+    def labels(self):
+        """The run's `LabelVocabulary` (`labels.txt`)."""
+        return LabelVocabulary.load(self.file("labels.txt", "the names of the model's outputs"))
+
+    def load_model(self, compile=False):
+        """The trained model (`model.keras`)."""
+        return keras.models.load_model(self.file("model.keras"), compile=compile)
+
+    def metrics(self):
+        return _read_json(self.file("metrics.json"))
+
+    def lineage(self):
+        """The run's `Lineage` (derived from `config.json` for older runs)."""
+        if (self.path / "lineage.json").is_file():
+            return Lineage(**_read_json(self.path / "lineage.json"))
+        return lineage_of(self.recorded_config().get("model", {}).get("checkpoint"))
+
+    # --- writing (training and quantize stages) -----------------------------------------
+
+    def write_start(self, config, tokenizer_settings, lineage):
+        """`config.json`, `tokenizer.json` and `lineage.json` of a run that starts."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        _write_json(self.path / "config.json", config.to_dict())
+        _write_json(self.path / "tokenizer.json", dataclasses.asdict(tokenizer_settings))
+        _write_json(self.path / "lineage.json", dataclasses.asdict(lineage))
+
+    def write_finish(self, model, metrics):
+        """`model.keras`, then `metrics.json`, which marks the run finished."""
+        model.save(self.path / "model.keras")
+        _write_json(self.path / "metrics.json", metrics)
+
+
+def continued_run(checkpoint):
+    """The `RunDirectory` that a `model.checkpoint` value names, or `None` when it names a
+    backbone checkpoint (`"minilm"`, a Hugging Face directory) or nothing."""
+    if checkpoint in (None, "minilm"):
+        return None
+    run = RunDirectory(checkpoint)
+    return run if run.is_run() else None
+
+
+def lineage_of(checkpoint, quantization=None):
+    """The `Lineage` of a run whose `model.checkpoint` is `checkpoint`."""
+    if checkpoint is None:
+        return Lineage(quantization=quantization)
+    run = continued_run(checkpoint)
+    if run is None:
+        return Lineage(str(checkpoint), "checkpoint", quantization=quantization)
+    task = run.task if (run.path / "config.json").is_file() else None
+    return Lineage(str(run.path.resolve()), "run", task, quantization)
+
+
+def output_count(model):
+    """Classes or tags a task model outputs (`None` for a model without label outputs)."""
+    for name in ("num_classes", "num_labels", "num_outputs"):
+        value = getattr(model, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _read_json(path):
+    try:
+        return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RunDirectoryError(f"{path}: not a JSON file written by keras-attn ({error}); "
+                                "re-run the command that wrote it") from None
+
+
+def _write_json(path, value):
+    pathlib.Path(path).write_text(json.dumps(value, indent=1, default=float) + "\n",
+                                  encoding="utf-8")

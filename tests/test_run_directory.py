@@ -1,0 +1,155 @@
+"""The run directory contract: what training writes, what every stage reads, and the errors
+for a directory that lacks a file."""
+
+import json
+import logging
+
+import pytest
+
+from keras_attn.cli import main
+from keras_attn.inference.predictor import PredictorError
+from keras_attn.inference.predictor import load_predictor
+from keras_attn.training.config import TrainingConfig
+from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.training.quantize import quantize_run
+from keras_attn.training.run_directory import Lineage
+from keras_attn.training.run_directory import RunDirectory
+from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.training.run_directory import TokenizerSettings
+from keras_attn.training.trainer import Trainer
+from tests.test_trainer import config_dict
+from tests.test_trainer import write_data
+
+pytestmark = pytest.mark.tensorflow
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A float run and an uncased run continued from it with `model.lowercase: false`."""
+    root = tmp_path_factory.mktemp("runs")
+    data = write_data(root / "data")
+    Trainer(TrainingConfig.from_dict(config_dict(data, root / "float", epochs=1))).run()
+    values = config_dict(data, root / "continued", epochs=1)
+    values["model"] = {"checkpoint": str(root / "float"), "lowercase": False}
+    Trainer(TrainingConfig.from_dict(values)).run()
+    return root
+
+
+def test_training_writes_the_contract(runs):
+    run = RunDirectory(runs / "float")
+    for name in ("config.json", "tokenizer.json", "lineage.json", "vocab.txt", "labels.txt",
+                 "model.keras", "metrics.json"):
+        assert (run.path / name).is_file(), name
+    assert run.task == "classification" and run.is_run()
+    assert run.tokenizer_settings() == TokenizerSettings("wordpiece", True, 16)
+    assert run.lineage() == Lineage()
+    assert len(run.labels()) == 2
+    assert run.metrics()["task"] == "classification"
+
+
+def test_a_continued_run_records_the_tokenizer_in_effect_and_its_lineage(runs):
+    continued = RunDirectory(runs / "continued")
+    # The config asked for lowercase: false, but the model continues an uncased run.
+    assert continued.config().model.lowercase is False
+    assert continued.tokenizer_settings().lowercase is True
+    assert continued.tokenizer().lowercase is True
+    lineage = continued.lineage()
+    assert lineage.source_kind == "run" and lineage.source_task == "classification"
+    assert lineage.source == str((runs / "float").resolve())
+    # Runs written before tokenizer.json / lineage.json: derived the same way.
+    (continued.path / "tokenizer.json").unlink()
+    (continued.path / "lineage.json").unlink()
+    try:
+        assert continued.tokenizer_settings().lowercase is True
+        assert continued.lineage().source_task == "classification"
+    finally:
+        json.dump(dict(kind="wordpiece", lowercase=True, max_length=16),
+                  open(continued.path / "tokenizer.json", "w"))
+
+
+def test_missing_files_name_the_command_that_writes_them(tmp_path, runs):
+    run = RunDirectory(tmp_path)
+    with pytest.raises(RunDirectoryError, match=r"config.json is missing \(exporting\): a run "
+                                                r"directory gets it from `keras-attn train"):
+        run.require("config.json", needed_for="exporting")
+    with pytest.raises(RunDirectoryError, match="model.keras is missing: .*re-run it to "
+                                                "resume from checkpoints/"):
+        run.load_model()
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(RunDirectoryError, match="config.json: not a JSON file written by"):
+        run.config()
+    # Every reading stage reports it the same way.
+    with pytest.raises(PredictorError, match="labels.txt is missing"):
+        copy = tmp_path / "copy"
+        copy.mkdir()
+        for name in ("config.json", "vocab.txt", "model.keras"):
+            (copy / name).write_bytes((runs / "float" / name).read_bytes())
+        load_predictor(copy)
+
+
+def test_quantize_stage_makes_a_qat_run_and_reuses_it(runs, tmp_path):
+    recipe = QuantizationRecipe(feedforward_float_channels=2, calibration_examples=16)
+    lines = []
+    qat = quantize_run(runs / "float", tmp_path / "qat", recipe, log=lines.append)
+    assert any("calibrated on 16 training examples" in line for line in lines)
+    model = qat.load_model()
+    assert model.float_residual and model.feedforward_float_channels == 2
+    assert model.uncalibrated_quantizers() == []
+    assert qat.lineage().quantization == recipe.to_dict()
+    assert qat.lineage().source == str((runs / "float").resolve())
+    assert qat.tokenizer_settings() == RunDirectory(runs / "float").tokenizer_settings()
+    assert qat.config().model.quantization_aware
+    # Finished with the same recipe: reused; with another: an error, never silently mixed.
+    again = []
+    quantize_run(runs / "float", tmp_path / "qat", recipe, log=again.append)
+    assert again == [f"QAT model: reusing {tmp_path / 'qat'} ({recipe.describe()})"]
+    with pytest.raises(RunDirectoryError, match="made with another recipe"):
+        quantize_run(runs / "float", tmp_path / "qat", QuantizationRecipe.all_int8())
+    with pytest.raises(RunDirectoryError, match="is already a QAT run"):
+        quantize_run(tmp_path / "qat", tmp_path / "qat2")
+
+
+def test_quantize_command(runs, tmp_path, capsys):
+    output = tmp_path / "qat_cli"
+    assert main(["quantize", str(runs / "float"), "--output-dir", str(output),
+                 "--calibration-examples", "8", "--all-int8"]) == 0
+    out = capsys.readouterr().out
+    assert "every activation int8 (--all-int8)" in out and f"--qat-run {output}" in out
+    assert RunDirectory(output).lineage().quantization == QuantizationRecipe.all_int8(
+        calibration_examples=8).to_dict()
+    assert main(["quantize", str(tmp_path / "nothing")]) == 2
+    assert "keras-attn quantize: error:" in capsys.readouterr().err
+    assert main(["quantize", str(runs / "float"), "--all-int8",
+                 "--feedforward-float-channels", "4"]) == 2
+    assert "needs `float_residual=True`" in capsys.readouterr().err
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def test_export_of_a_run_logs_no_third_party_warnings(runs, tmp_path, capsys):
+    """The main job's output is ours: no tf.function retracing warning (one trace scores
+    every artifact and the golden vectors) and no onnxruntime pre-processing advice."""
+    handler = _Lines()
+    loggers = [logging.getLogger(), logging.getLogger("tensorflow")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        assert main(["export", str(runs / "float"), "--output-dir", str(tmp_path / "export"),
+                     "--latency-runs", "1", "--latency-threads", "1", "--golden-examples",
+                     "16", "--no-text-tflite", "--calibration-examples", "8"]) == 0
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+    captured = capsys.readouterr()
+    noise = [line for line in handler.lines + (captured.out + captured.err).splitlines()
+             if "retracing" in line or "pre-processing before quantization" in line]
+    assert noise == []
+    report = json.loads((tmp_path / "export" / "export_report.json").read_text())
+    assert report["quantization"] == QuantizationRecipe(calibration_examples=8).to_dict()
