@@ -92,4 +92,4 @@ def test_classification_and_ner_fine_tune_a_permutation_lm_encoder(tmp_path):
     results = Trainer(config, log=lambda line: None).run()
     assert results["history"][-1]["dev"]["accuracy"] > 0.8
     ner = NerTask(TrainingConfig.from_dict({**config.to_dict(), "task": "ner"}), tmp_path / "n")
-    assert ner.pretraining_run() == tmp_path / "plm"
+    assert ner.pretraining_run().path == tmp_path / "plm"

@@ -150,6 +150,7 @@ class RunExporter:
         self.options = options or ExportOptions()
         self.options.check()
         self.log = log or (lambda message: None)
+        self._predictors = {}  # id(model) -> (model, its traced predict)
         self.source = RunDirectory(run_dir)
         try:
             self.source.require("model.keras", "config.json", "vocab.txt", "labels.txt",
@@ -228,9 +229,18 @@ class RunExporter:
         return {"agreement": agree / total, "max_abs_logit_diff": delta}
 
     def _keras_predict(self, model):
-        """`x -> numpy logits` of `model`. A CRF tagger gives its emissions (`logits`; the
-        tags are decoded outside the network), and its `label_mask` input, which only the
-        tags read, is filled with the padding mask."""
+        """`x -> numpy logits` of `model`, made once per model and kept: a new `tf.function`
+        per use (whose Python function may reuse a collected one's address) made
+        TensorFlow's retracing detector count traces of different functions as retraces.
+        A CRF tagger gives its emissions (`logits`; the tags are decoded outside the
+        network), and its `label_mask` input, which only the tags read, is filled with the
+        padding mask."""
+        key = id(model)
+        if key not in self._predictors:
+            self._predictors[key] = (model, self._traced_predict(model))
+        return self._predictors[key][1]
+
+    def _traced_predict(self, model):
         crf = isinstance(model.output, dict)
         # One trace for every batch and length (shape-generic signature), so scoring many
         # artifacts and the golden vectors does not retrace per call.
