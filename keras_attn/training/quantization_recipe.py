@@ -12,6 +12,7 @@ examples without QAT epochs. `QuantizationRecipe.all_int8()` is the all-int8 alt
 import dataclasses
 
 from keras_attn.layers.validation import check_bool
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 
@@ -62,8 +63,8 @@ class QuantizationRecipe:
 
     def __post_init__(self):
         check_bool("float_residual", self.float_residual)
-        _check_count("feedforward_float_channels", self.feedforward_float_channels)
-        _check_count("qat_epochs", self.qat_epochs)
+        check_int("feedforward_float_channels", self.feedforward_float_channels, low=0)
+        check_int("qat_epochs", self.qat_epochs, low=0)
         if self.qat_max_steps is not None:
             check_positive_int("qat_max_steps", self.qat_max_steps)
         check_positive_int("calibration_examples", self.calibration_examples)
@@ -154,11 +155,6 @@ class QuantizationRecipe:
         if args.all_int8:
             return cls.all_int8(**values)
         return cls(**values)
-
-
-def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"`{name}` must be an integer >= 0. Received: {name}={value!r}")
 
 
 def recipe_default(name):
