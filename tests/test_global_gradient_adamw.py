@@ -4,6 +4,8 @@ The distributed half (replicas all-reduce before clipping/accumulating) is exerc
 to end in tests/test_trainer.py (Mirrored and two-worker runs against one device).
 """
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -251,9 +253,9 @@ def test_make_optimizer_maps_the_config():
     assert rates.get_config() == {"peak_learning_rate": 1e-3, "total_steps": 8,
                                   "warmup_steps": 2, "decay": "cosine",
                                   "end_learning_rate": pytest.approx(1e-4)}
-    config.train.gradient_accumulation_steps, config.train.clipnorm = 1, None
-    config.train.mixed_precision = "mixed_float16"
-    wrapped = make_optimizer(config.train, total_steps=8, model=model)
+    train = dataclasses.replace(config.train, gradient_accumulation_steps=1, clipnorm=None,
+                                mixed_precision="mixed_float16")
+    wrapped = make_optimizer(train, total_steps=8, model=model)
     assert isinstance(wrapped, keras.optimizers.LossScaleOptimizer)
     inner = wrapped.inner_optimizer
     assert inner.gradient_accumulation_steps is None and inner.global_clipnorm is None

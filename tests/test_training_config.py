@@ -4,13 +4,20 @@ The checks are pure Python (YAML + a schema) and need no backend, so these tests
 JAX stage too (TensorFlow is installed there; only the TF backend is not selected).
 """
 
+import dataclasses
 import pathlib
 import re
+import typing
 
 import pytest
 
 from keras_attn.training.config import ConfigError
+from keras_attn.training.config import DataSection
+from keras_attn.training.config import DistributeSection
+from keras_attn.training.config import ModelSection
 from keras_attn.training.config import TrainingConfig
+from keras_attn.training.config import TrainSection
+from keras_attn.training.config import _keys
 from keras_attn.training.config import parse_override
 
 MINIMAL = {"task": "classification", "data": {"train": "train.tsv"},
@@ -460,3 +467,29 @@ def test_example_configs_are_valid(path):
     for split in ("train", "dev"):
         # ../shared/data/<dataset>/<file>
         assert pathlib.Path(getattr(config.data, split)).parent.parent.name == "data"
+
+
+# --- the sections are declared dataclasses ---------------------------------------------------
+
+
+def test_every_key_is_a_declared_field_with_help():
+    sections = (DataSection, ModelSection, TrainSection, DistributeSection)
+    assert [len(dataclasses.fields(section)) for section in sections] == [15, 15, 26, 3]
+    names = [f.name for section in sections for f in dataclasses.fields(section)]
+    assert len(set(names)) == len(names)  # no key in two sections
+    for section in sections:
+        for field in dataclasses.fields(section):
+            assert field.metadata["help"], f"{section.__name__}.{field.name} has no help"
+    config = TrainingConfig.from_dict(MINIMAL)
+    assert type(config.train) is TrainSection and type(config.model) is ModelSection
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.train.epochs = 1  # a checked config stays checked
+    assert TrainSection().to_dict() == TrainingConfig.from_dict(MINIMAL).train.to_dict()
+
+
+def test_a_none_default_accepts_none_through_its_annotation():
+    for section in (TrainingConfig, *(f.type for f in dataclasses.fields(TrainingConfig)
+                                      if dataclasses.is_dataclass(f.type))):
+        for field in _keys(section):
+            if field.default is None:
+                assert type(None) in typing.get_args(field.type), field.name

@@ -26,6 +26,8 @@ import json
 
 import numpy as np
 
+from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+
 CARD_FORMAT = "keras-attn model card 1"
 # tf-text's FastBertTokenizer turns a word longer than this many UTF-8 bytes (after
 # normalization) into one unknown token (`keras_attn.text.tokenizer.MAX_BYTES_PER_WORD`).
@@ -88,7 +90,7 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
     Returns:
         dict, JSON-serializable.
     """
-    if task not in ("classification", "ner"):
+    if task not in DEPLOYABLE_TASKS:
         raise ValueError(f"`task` must be 'classification' or 'ner'. Received: task={task!r}")
     if crf is not None and task != "ner":
         raise ValueError("Only a tagger (task='ner') can carry CRF transitions.")
@@ -282,7 +284,7 @@ def write_golden_vectors(path, texts, task, tokenizer, predict, labels, crf=None
     Returns:
         int, the number of records.
     """
-    if task not in ("classification", "ner"):
+    if task not in DEPLOYABLE_TASKS:
         raise ValueError(f"`task` must be 'classification' or 'ner'. Received: task={task!r}")
     with open(path, "w", encoding="utf-8") as f:
         for start in range(0, len(texts), batch_size):

@@ -53,9 +53,10 @@ from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.run_directory import RunDirectory
 from keras_attn.training.run_directory import RunDirectoryError
 from keras_attn.training.run_directory import output_count
+from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 
 ID_INPUTS = ("token_ids", "segment_ids", "padding_mask")
-TASKS = ("classification", "ner")
+TASKS = DEPLOYABLE_TASKS
 
 
 class PredictorError(ValueError):

@@ -9,15 +9,11 @@ from keras_attn.training.tasks.seq2seq_task import Seq2SeqTask
 from keras_attn.training.tasks.task import Task
 from keras_attn.training.tasks.transformer_xl_task import TransformerXLTask
 
-TASKS = {
-    "classification": ClassificationTask,
-    "ner": NerTask,
-    "mlm": MaskedLMTask,
-    "causal_lm": CausalLMTask,
-    "seq2seq": Seq2SeqTask,
-    "permutation_lm": PermutationLMTask,
-    "transformer_xl_lm": TransformerXLTask,
-}
+# The `Task` class of each name in `task_registry.TASK_NAMES` (the names are declared there;
+# tests/test_task_registry.py checks that the two agree).
+TASKS = {task.name: task for task in (
+    ClassificationTask, NerTask, MaskedLMTask, CausalLMTask, Seq2SeqTask, PermutationLMTask,
+    TransformerXLTask)}
 
 
 def make_task(config, output_dir, log=None, write_files=True):

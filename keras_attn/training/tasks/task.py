@@ -22,12 +22,10 @@ from keras_attn.training.run_directory import RunDirectory
 from keras_attn.training.run_directory import TokenizerSettings
 from keras_attn.training.run_directory import continued_run
 from keras_attn.training.run_directory import output_count
+from keras_attn.training.task_registry import FINE_TUNING_TASKS
+from keras_attn.training.task_registry import PRETRAINING_TASKS
 
 PAD_MULTIPLE = 8
-# Tasks that can fine-tune the encoder of an `mlm` run (`model.checkpoint: <run dir>`).
-FINE_TUNING_TASKS = ("classification", "ner")
-# Pretraining tasks whose encoder those tasks fine-tune.
-PRETRAINING_TASKS = ("mlm", "permutation_lm")
 
 
 def padded_length(lengths, max_length):

@@ -1,0 +1,87 @@
+"""The training tasks, each declared once with what the pipeline may do with its runs.
+
+The config's `task:` choices, the tasks that fine-tune a pretrained encoder, the pretraining
+tasks, the tasks the quantize, export, predict and serve stages take: every list of task
+names in keras-attn is read from `TASK_SPECS` here (the `Task` class of each name is in
+`keras_attn.training.tasks.TASKS`). Pure Python, so the config checks need no backend.
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """One `task:` of a training config.
+
+    Attributes:
+        name: the `task:` value.
+        trains: what it trains, for messages.
+        bert_checkpoint: `model.checkpoint` may name BERT weights (`minilm`, a Hugging Face
+            directory) or a run; the other tasks start from `model.preset` (or continue a run
+            of their own task).
+        fine_tunes_pretraining: `model.checkpoint` may name a run of a `pretraining` task,
+            whose encoder it fine-tunes.
+        pretraining: its encoder is fine-tuned by the `fine_tunes_pretraining` tasks.
+        character_tokenizer: `model.tokenizer` may be `characters` or `bytes` (language
+            models over raw text); the others read WordPiece.
+        deployable: a labelled BERT model (classifier or tagger): `keras-attn quantize`,
+            `export`, `predict`, `explain` and `serve` take its runs.
+    """
+
+    name: str
+    trains: str
+    bert_checkpoint: bool = False
+    fine_tunes_pretraining: bool = False
+    pretraining: bool = False
+    character_tokenizer: bool = False
+    deployable: bool = False
+
+
+TASK_SPECS = (
+    TaskSpec("classification", "a BERT sentence classifier", bert_checkpoint=True,
+             fine_tunes_pretraining=True, deployable=True),
+    TaskSpec("ner", "a BERT token tagger (optionally with a CRF)", bert_checkpoint=True,
+             fine_tunes_pretraining=True, deployable=True),
+    TaskSpec("mlm", "a BERT masked language model", bert_checkpoint=True, pretraining=True),
+    TaskSpec("causal_lm", "a GPT language model", character_tokenizer=True),
+    TaskSpec("seq2seq", "an encoder-decoder Transformer"),
+    TaskSpec("permutation_lm", "an XLNet permutation language model", pretraining=True),
+    TaskSpec("transformer_xl_lm", "a Transformer-XL language model", character_tokenizer=True),
+)
+
+TASK_NAMES = tuple(spec.name for spec in TASK_SPECS)
+
+
+def task_spec(name):
+    """The `TaskSpec` called `name`.
+
+    Example:
+    >>> task_spec("ner").deployable
+    True
+    """
+    for spec in TASK_SPECS:
+        if spec.name == name:
+            return spec
+    raise ValueError(f"unknown task {name!r}; the tasks are {list(TASK_NAMES)}. "
+                     f"Received: task={name!r}")
+
+
+def tasks_with(attribute):
+    """Names of the tasks whose `TaskSpec` has `attribute` set, in declaration order.
+
+    Example:
+    >>> tasks_with("pretraining")
+    ('mlm', 'permutation_lm')
+    """
+    flags = [f.name for f in dataclasses.fields(TaskSpec) if f.type in (bool, "bool")]
+    if attribute not in flags:
+        raise ValueError(f"`attribute` must be one of {flags}. Received: "
+                         f"attribute={attribute!r}")
+    return tuple(spec.name for spec in TASK_SPECS if getattr(spec, attribute))
+
+
+BERT_CHECKPOINT_TASKS = tasks_with("bert_checkpoint")
+FINE_TUNING_TASKS = tasks_with("fine_tunes_pretraining")
+PRETRAINING_TASKS = tasks_with("pretraining")
+CHARACTER_LM_TASKS = tasks_with("character_tokenizer")
+DEPLOYABLE_TASKS = tasks_with("deployable")
