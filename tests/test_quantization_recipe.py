@@ -60,3 +60,47 @@ def test_training_config_reads_the_recipe_defaults():
     values["model"] = {"preset": "bert_tiny"}
     config = TrainingConfig.from_dict(values)
     assert TrainingConfig.from_dict(config.to_dict()).to_dict() == config.to_dict()
+
+
+# --- the recipe in a training config (from_config / config_overrides) ---------------------
+
+FLOAT_RUN = {"task": "ner", "data": {"train": "t.tsv"}, "model": {"checkpoint": "minilm"},
+             "train": {"learning_rate": 4e-5, "epochs": 5, "max_steps": None}}
+
+
+@pytest.mark.parametrize("recipe, epochs, learning_rate", [
+    (QuantizationRecipe(qat_epochs=2), 2, 4e-6),  # default: the float run's / 10
+    (QuantizationRecipe.all_int8(qat_epochs=1, qat_learning_rate=2e-5, qat_max_steps=40),
+     1, 2e-5),
+    (QuantizationRecipe(feedforward_float_channels=0, qat_epochs=3, qat_learning_rate=1e-5),
+     3, 1e-5),
+])
+def test_config_overrides_and_from_config_are_inverse(recipe, epochs, learning_rate):
+    config = TrainingConfig.from_dict(FLOAT_RUN, recipe.config_overrides(4e-5))
+    model, train = config.model, config.train
+    assert model.quantization_aware is True
+    assert (model.float_residual, model.feedforward_float_channels) == (
+        recipe.float_residual, recipe.feedforward_float_channels)
+    assert (train.epochs, train.max_steps) == (epochs, recipe.qat_max_steps)
+    assert train.learning_rate == pytest.approx(learning_rate, rel=1e-12)
+    read_back = QuantizationRecipe.from_config(config)
+    assert read_back.to_dict() == {**recipe.to_dict(), "qat_learning_rate":
+                                   pytest.approx(learning_rate, rel=1e-12)}
+
+
+def test_calibration_only_still_builds_a_one_epoch_config():
+    overrides = dict(QuantizationRecipe().config_overrides(4e-5))
+    assert overrides == {"model.quantization_aware": True, "model.float_residual": True,
+                         "model.feedforward_float_channels": 4, "train.epochs": 1,
+                         "train.max_steps": None,
+                         "train.learning_rate": pytest.approx(4e-6, rel=1e-12)}
+
+
+def test_from_config_checks_what_it_reads():
+    # A config that is not a valid recipe (e.g. a continued QAT run edited by hand) is named.
+    config = TrainingConfig.from_dict(FLOAT_RUN, [("model.float_residual", False),
+                                                  ("model.feedforward_float_channels", 2)])
+    with pytest.raises(ValueError, match=r"`feedforward_float_channels` needs "
+                                         r"`float_residual=True` .*Received: "
+                                         r"feedforward_float_channels=2, float_residual=False"):
+        QuantizationRecipe.from_config(config)

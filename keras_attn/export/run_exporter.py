@@ -56,6 +56,7 @@ from keras_attn.training.quantization_recipe import QuantizationRecipe
 from keras_attn.training.quantize import quantize_run
 from keras_attn.training.run_directory import RunDirectory
 from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.tasks import make_task
 from keras_attn.version import __version__
 
@@ -161,7 +162,7 @@ class RunExporter:
     # --- the source run -----------------------------------------------------------------
 
     def _load(self):
-        if self.source.task not in ("classification", "ner"):
+        if self.source.task not in DEPLOYABLE_TASKS:
             raise ExportError(
                 f"{self.run_dir}: task {self.source.task!r} has no export; `keras-attn "
                 "export` takes classification and ner runs")
@@ -285,7 +286,7 @@ class RunExporter:
                 recipe = QuantizationRecipe.from_dict(lineage.quantization)
             else:
                 qat_run = quantize_run(self.run_dir, self.output_dir / "qat", recipe,
-                                       self.length, self.log)
+                                       self.length, self.log, task=self.task)
         except RunDirectoryError as error:
             raise ExportError(str(error)) from None
         self.recipe = recipe

@@ -90,6 +90,38 @@ class QuantizationRecipe:
     def to_dict(self):
         return dataclasses.asdict(self)
 
+    # --- the training config ------------------------------------------------------------
+    # A quantization-aware training run is the recipe written into a `TrainingConfig`:
+    # `config_overrides` writes it (the quantize stage), `from_config` reads it back (the
+    # trainer, for the run's lineage.json). These two are the only mapping between them.
+
+    @classmethod
+    def from_config(cls, config):
+        """The recipe of a quantization-aware `TrainingConfig`: its QAT layout
+        (`model.float_residual`, `model.feedforward_float_channels`) and its fine-tuning
+        (`train.epochs`, `train.learning_rate`, `train.max_steps`)."""
+        model, train = config.model, config.train
+        return cls(float_residual=model.float_residual,
+                   feedforward_float_channels=model.feedforward_float_channels,
+                   qat_epochs=train.epochs, qat_learning_rate=train.learning_rate,
+                   qat_max_steps=train.max_steps)
+
+    def config_overrides(self, run_learning_rate):
+        """The `(dotted key, value)` overrides that make a float run's config train this
+        recipe: quantization-aware, its layout, `max(qat_epochs, 1)` epochs (calibration
+        only still builds the QAT config) at `qat_learning_rate` or, by default, a tenth of
+        the float run's `run_learning_rate`.
+
+        Example:
+        >>> dict(QuantizationRecipe(qat_epochs=2).config_overrides(5e-5))["train.learning_rate"]
+        5e-06
+        """
+        return [("model.quantization_aware", True),
+                *((f"model.{key}", value) for key, value in self.layout().items()),
+                ("train.epochs", max(self.qat_epochs, 1)),
+                ("train.max_steps", self.qat_max_steps),
+                ("train.learning_rate", self.qat_learning_rate or run_learning_rate / 10)]
+
     @classmethod
     def from_dict(cls, values):
         """The recipe recorded by `to_dict` (unknown keys are an error, missing ones default)."""

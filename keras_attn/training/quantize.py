@@ -20,13 +20,12 @@ from keras_attn.training.quantization_recipe import QuantizationRecipe
 from keras_attn.training.run_directory import RunDirectory
 from keras_attn.training.run_directory import RunDirectoryError
 from keras_attn.training.run_directory import lineage_of
+from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.tasks import make_task
 from keras_attn.training.trainer import train
 
-QUANTIZABLE_TASKS = ("classification", "ner")
 
-
-def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None):
+def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None, task=None):
     """Makes (or reuses) the QAT run directory of a float run.
 
     Args:
@@ -36,6 +35,10 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
         sequence_length: length the calibration examples are padded to (the export's fixed
             length); defaults to the run's `data.max_length`.
         log: callable receiving progress lines.
+        task: the run's prepared training `Task` (`make_task(run.config(), run.path,
+            write_files=False)` after `prepare()`), when the caller has one: calibration
+            reads its training examples instead of reading and tokenizing the training
+            file again (`keras-attn export` passes its own).
 
     Returns:
         The `RunDirectory` of the QAT run.
@@ -52,17 +55,17 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
         log(f"QAT model: reusing {output.path} ({recipe.describe()})")
         return output
     if recipe.qat_epochs == 0:
-        _calibrate(source, output, config, recipe, sequence_length, log)
+        _calibrate(source, output, config, recipe, sequence_length, log, task)
     else:
         _fine_tune(source, output, config, recipe, sequence_length, log)
     return output
 
 
 def _check_quantizable(source, config):
-    if config.task not in QUANTIZABLE_TASKS:
+    if config.task not in DEPLOYABLE_TASKS:
         raise RunDirectoryError(
             f"{source.path}: task {config.task!r} has no int8 model; quantize and export take "
-            f"{' and '.join(QUANTIZABLE_TASKS)} runs")
+            f"{' and '.join(DEPLOYABLE_TASKS)} runs")
     if config.model.use_crf:
         raise RunDirectoryError(
             f"{source.path}: a CRF tagger has no QAT model (QatBert has no CRF loss); its int8 "
@@ -82,17 +85,13 @@ def _check_same_recipe(output, recipe):
             "to quantize again")
 
 
-def _qat_config(source, config, recipe, length):
+def _qat_config(source, output, config, recipe, length):
     """The QAT run's training config: the float run continued with quantization-aware
-    training (what `keras-attn train` would be given to make the same run)."""
+    training into `output` (what `keras-attn train` would be given to make the same run)."""
     overrides = [
-        ("output_dir", None), ("model.checkpoint", str(source.path.resolve())),
-        ("model.quantization_aware", True), ("model.preset", None),
-        ("model.vocabulary", None), ("data.max_length", length),
-        *((f"model.{k}", v) for k, v in recipe.layout().items()),
-        ("train.epochs", max(recipe.qat_epochs, 1)), ("train.max_steps", recipe.qat_max_steps),
-        ("train.learning_rate",
-         recipe.qat_learning_rate or config.train.learning_rate / 10),
+        ("output_dir", str(output.path)), ("model.checkpoint", str(source.path.resolve())),
+        ("model.preset", None), ("model.vocabulary", None), ("data.max_length", length),
+        *recipe.config_overrides(config.train.learning_rate),
         ("train.warmup_ratio", 0.1), ("train.warmup_steps", None),
         ("train.early_stopping_patience", None),
     ]
@@ -104,17 +103,17 @@ def _qat_config(source, config, recipe, length):
                                 f"training: {error}") from None
 
 
-def _calibrate(source, output, config, recipe, sequence_length, log):
+def _calibrate(source, output, config, recipe, sequence_length, log, task):
     length = sequence_length or config.data.max_length
-    task = make_task(config, source.path, log, write_files=False)
-    task.prepare()
+    if task is None:
+        task = make_task(config, source.path, log, write_files=False)
+        task.prepare()
     batches = [_padded(x, length) for x in task.input_batches(recipe.calibration_examples)]
     qat = QatBert.from_float(source.load_model(), **recipe.layout())
     qat.calibrate(batches)
     count = min(recipe.calibration_examples, len(task.train_examples))
     log(f"QAT model calibrated on {count} training examples, no fine-tuning -> {output.path}")
-    qat_config = _qat_config(source, config, recipe, length)
-    qat_config.output_dir = str(output.path)
+    qat_config = _qat_config(source, output, config, recipe, length)
     output.write_start(qat_config, task.tokenizer_settings(),
                        lineage_of(str(source.path.resolve()), recipe.to_dict()))
     task.save_assets(output.path)
@@ -123,8 +122,8 @@ def _calibrate(source, output, config, recipe, sequence_length, log):
 
 
 def _fine_tune(source, output, config, recipe, sequence_length, log):
-    qat_config = _qat_config(source, config, recipe, sequence_length or config.data.max_length)
-    qat_config.output_dir = str(output.path)
+    qat_config = _qat_config(source, output, config, recipe,
+                             sequence_length or config.data.max_length)
     log(f"quantization-aware fine-tuning: {recipe.describe()} -> {output.path}")
     # The trainer records its own recipe; the stage's (calibration count included) wins.
     train(qat_config, log=lambda message: log("  " + message),

@@ -189,14 +189,10 @@ class Trainer:
         self.output_dir = pathlib.Path(config.output_dir or "runs/train")
         self.chief = is_chief()
         self.model = None  # the trained model, after `run()`
-        model, train = config.model, config.train
         # A quantization-aware run records its recipe in lineage.json (export reads it).
-        self.quantization = quantization or QuantizationRecipe(
-            float_residual=model.float_residual,
-            feedforward_float_channels=model.feedforward_float_channels,
-            qat_epochs=train.epochs, qat_learning_rate=train.learning_rate,
-            qat_max_steps=train.max_steps,
-        ) if model.quantization_aware else None
+        self.quantization = None
+        if config.model.quantization_aware:
+            self.quantization = quantization or QuantizationRecipe.from_config(config)
         self._best_weights = None
 
     # --- set-up -------------------------------------------------------------------------
