@@ -9,6 +9,7 @@ import pytest
 from keras_attn.cli import main
 from keras_attn.inference.predictor import PredictorError
 from keras_attn.inference.predictor import load_predictor
+from keras_attn.training import run_directory
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.quantization_recipe import QuantizationRecipe
 from keras_attn.training.quantize import quantize_run
@@ -65,6 +66,26 @@ def test_a_continued_run_records_the_tokenizer_in_effect_and_its_lineage(runs):
     finally:
         json.dump(dict(kind="wordpiece", lowercase=True, max_length=16),
                   open(continued.path / "tokenizer.json", "w"))
+
+
+def test_the_recorded_config_is_read_once_per_instance(tmp_path, monkeypatch):
+    reads = []
+    original = run_directory._read_json
+    monkeypatch.setattr(run_directory, "_read_json",
+                        lambda path: reads.append(path.name) or original(path))
+    values = config_dict("data", tmp_path, epochs=1)
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    run = RunDirectory(tmp_path)
+    assert (run.task, run.task, run.config().task) == ("classification",) * 3
+    assert run.config().train.epochs == 1 and reads == ["config.json"]
+    copy = run.recorded_config()
+    copy["task"] = "ner"  # a copy: the cached dict is not edited
+    assert run.task == "classification"
+    # Writing a config replaces what was read; another instance reads the file anew.
+    run.write_start(TrainingConfig.from_dict({**values, "task": "ner"}),
+                    TokenizerSettings("wordpiece", True, 16), Lineage())
+    assert run.task == "ner" and RunDirectory(tmp_path).task == "ner"
+    assert reads == ["config.json"] * 3
 
 
 def test_missing_files_name_the_command_that_writes_them(tmp_path, runs):

@@ -19,6 +19,7 @@ Runs written before `tokenizer.json` and `lineage.json` existed are read too: th
 are derived from `config.json` and the run they continued, as training derived them.
 """
 
+import copy
 import dataclasses
 import json
 import pathlib
@@ -82,6 +83,7 @@ class RunDirectory:
 
     def __init__(self, path):
         self.path = pathlib.Path(path)
+        self._config_values = None  # config.json, read once (`_recorded`)
 
     def __repr__(self):
         return f"RunDirectory({str(self.path)!r})"
@@ -107,24 +109,30 @@ class RunDirectory:
 
     # --- reading ------------------------------------------------------------------------
 
+    def _recorded(self):
+        """`config.json` as a dict, read on first use and kept (not to be edited)."""
+        if self._config_values is None:
+            self._config_values = _read_json(self.file("config.json"))
+        return self._config_values
+
     def recorded_config(self):
-        """`config.json` as a dict."""
-        return _read_json(self.file("config.json"))
+        """`config.json` as a dict (a copy, free to edit)."""
+        return copy.deepcopy(self._recorded())
 
     def config(self):
         """The run's `TrainingConfig`."""
-        path = self.file("config.json")
-        return TrainingConfig.from_dict(_read_json(path), source=str(path))
+        return TrainingConfig.from_dict(self._recorded(), source=str(self.path / "config.json"))
 
     @property
     def task(self):
-        return self.recorded_config().get("task")
+        """The run's `task` (from `config.json`)."""
+        return self._recorded().get("task")
 
     def tokenizer_settings(self):
         """The `TokenizerSettings` the run's model was trained with."""
         if (self.path / "tokenizer.json").is_file():
             return TokenizerSettings(**_read_json(self.path / "tokenizer.json"))
-        config = self.recorded_config()  # a run written before tokenizer.json
+        config = self._recorded()  # a run written before tokenizer.json
         model, data = config.get("model", {}), config.get("data", {})
         lowercase = model.get("lowercase", True)
         source = continued_run(model.get("checkpoint"))
@@ -159,7 +167,7 @@ class RunDirectory:
         """The run's `Lineage` (derived from `config.json` for older runs)."""
         if (self.path / "lineage.json").is_file():
             return Lineage(**_read_json(self.path / "lineage.json"))
-        return lineage_of(self.recorded_config().get("model", {}).get("checkpoint"))
+        return lineage_of(self._recorded().get("model", {}).get("checkpoint"))
 
     # --- writing (training and quantize stages) -----------------------------------------
 
@@ -167,6 +175,7 @@ class RunDirectory:
         """`config.json`, `tokenizer.json` and `lineage.json` of a run that starts."""
         self.path.mkdir(parents=True, exist_ok=True)
         _write_json(self.path / "config.json", config.to_dict())
+        self._config_values = None  # read again, as written
         _write_json(self.path / "tokenizer.json", dataclasses.asdict(tokenizer_settings))
         _write_json(self.path / "lineage.json", dataclasses.asdict(lineage))
 
