@@ -3,7 +3,11 @@
 from keras_attn.training.batch_stream import BatchStream
 from keras_attn.training.bleu import corpus_bleu
 from keras_attn.training.config import ConfigError
+from keras_attn.training.config import DataSection
+from keras_attn.training.config import DistributeSection
+from keras_attn.training.config import ModelSection
 from keras_attn.training.config import TrainingConfig
+from keras_attn.training.config import TrainSection
 from keras_attn.training.global_gradient_adamw import GlobalGradientAdamW
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.optimizer import no_decay_variables
@@ -16,6 +20,9 @@ from keras_attn.training.step_checkpoints import CheckpointError
 from keras_attn.training.step_checkpoints import StepCheckpoints
 from keras_attn.training.strategy import StrategyError
 from keras_attn.training.strategy import resolve_strategy
+from keras_attn.training.task_registry import TaskSpec
+from keras_attn.training.task_registry import task_spec
+from keras_attn.training.task_registry import tasks_with
 from keras_attn.training.trainer import Trainer
 from keras_attn.training.trainer import train
 from keras_attn.training.warmup_decay_schedule import WarmupDecaySchedule
@@ -29,6 +36,13 @@ __all__ = [
     "BatchStream",
     "CheckpointError",
     "ConfigError",
+    "DataSection",
+    "DistributeSection",
+    "ModelSection",
+    "TrainSection",
+    "TaskSpec",
+    "task_spec",
+    "tasks_with",
     "GlobalGradientAdamW",
     "StepCheckpoints",
     "StrategyError",

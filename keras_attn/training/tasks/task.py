@@ -211,7 +211,8 @@ class BertTask(Task):
             raise ConfigError(
                 f"model.checkpoint={self.config.model.checkpoint} is a run of task "
                 f"{run.task!r}; task {self.name!r} cannot continue it: use a run of the same "
-                f"task (or, for {' and '.join(FINE_TUNING_TASKS)}, an mlm run)",
+                f"task (or, for {' and '.join(FINE_TUNING_TASKS)}, a "
+                f"{' or '.join(PRETRAINING_TASKS)} run)",
                 self.config.source)
         return run
 
