@@ -26,6 +26,14 @@ import json
 
 import numpy as np
 
+from keras_attn.text.entity_prediction import ner_model_inputs
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.ner import decode_word_labels
+from keras_attn.text.ner import entity_spans
+from keras_attn.text.ner import first_piece_mask
+from keras_attn.text.ner import repair_iob2
+from keras_attn.text.word_splitter import split_words
+
 CARD_FORMAT = "keras-attn model card 1"
 # tf-text's FastBertTokenizer turns a word longer than this many UTF-8 bytes (after
 # normalization) into one unknown token (`keras_attn.text.tokenizer.MAX_BYTES_PER_WORD`).
@@ -228,14 +236,6 @@ def ner_records(texts, tokenizer, predict, labels, crf=None):
         list of dicts: `text`, `words` (`[word, start, end]`), `token_ids`, `word_ids`,
         `num_truncated_words`, `logits` (real positions), `word_tags`, `entities`.
     """
-    from keras_attn.text.entity_prediction import ner_model_inputs
-    from keras_attn.text.label_vocabulary import LabelVocabulary
-    from keras_attn.text.ner import decode_word_labels
-    from keras_attn.text.ner import entity_spans
-    from keras_attn.text.ner import first_piece_mask
-    from keras_attn.text.ner import repair_iob2
-    from keras_attn.text.word_splitter import split_words
-
     vocabulary = LabelVocabulary(list(labels))
     split = [split_words(text, tokenizer.strip_accents) for text in texts]
     x, word_ids, truncated = ner_model_inputs(
