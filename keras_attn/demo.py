@@ -102,7 +102,8 @@ def introduction(export_options=None, tasks=("sentiment", "entities"), model=Non
     """
     options = export_options or ExportOptions()
     kinds = " and ".join(TASK_TITLES[name] for name in tasks if name in TASK_TITLES)
-    what = "MiniLM-L6" if model is None else model.get("preset") or model.get("checkpoint")
+    what = ("MiniLM-L6" if model is None
+            else model.get("preset") or model.get("checkpoint") or "the given model")
     return (f"keras-attn demo: fine-tune {what} on the embedded sample data ({kinds}), "
             f"quantize to int8 ({options.quantization.describe()}), export every artifact\n"
             f"  output: {output_dir}; re-running reuses finished steps")
