@@ -81,8 +81,11 @@ def quiet_tensorflow_startup():
     """Sets `TF_CPP_MIN_LOG_LEVEL=2` unless set, then loads TensorFlow and its devices with
     the known start-up noise left out of stderr (everything else is written back)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.stderr.flush()
-    saved_stderr = os.dup(2)
+    try:
+        sys.stderr.flush()
+        saved_stderr = os.dup(2)
+    except (OSError, AttributeError, ValueError):
+        return  # no usable stderr (closed, detached): nothing to keep quiet
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
