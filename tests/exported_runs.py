@@ -42,6 +42,12 @@ def classification_run(root):
 def ner_run(root, use_crf=False):
     """A tagger (softmax, or CRF with `use_crf`) of LOC and PER entities ("paris",
     "new york", "marco smith") and its export."""
+    return _train_and_export(pathlib.Path(root), ner_config(root, use_crf))
+
+
+def ner_config(root, use_crf=False):
+    """The training config (a dict) of `ner_run`, its data and vocabulary written to `root`;
+    the run goes to `root/run`."""
     root = pathlib.Path(root)
     root.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER, *TAGS, "##s"]
@@ -52,4 +58,4 @@ def ner_run(root, use_crf=False):
                       "dev": write_conll(root / "dev.txt", 24, 1), "max_length": 16}
     values["model"]["vocabulary"] = str(root / "vocab.txt")
     values["model"]["use_crf"] = use_crf
-    return _train_and_export(root, values)
+    return values

@@ -110,3 +110,17 @@ def test_demo_pipeline_writes_the_summary_and_reuses_finished_steps(tmp_path, mo
                           export_options=options, log=lines.append)
     assert sum("reusing" in line for line in lines) == 4
     assert again["tasks"]["sentiment"]["artifacts"] == summary["tasks"]["sentiment"]["artifacts"]
+
+
+def test_introduction_says_how_the_recipe_quantizes(tmp_path):
+    default = demo.introduction(tasks=("sentiment", "entities"))
+    assert "(sentiment and named entities)" in default
+    assert f"quantize to int8 ({QuantizationRecipe().describe()})" in default
+    assert "quantization-aware" not in default
+    qat = demo.introduction(ExportOptions(quantization=QuantizationRecipe.all_int8(
+        qat_epochs=1)), tasks=("entities",), model={"preset": "bert_tiny"}, output_dir="out")
+    assert qat.splitlines() == [
+        "keras-attn demo: fine-tune bert_tiny on the embedded sample data (named entities), "
+        "quantize to int8 (1 epoch(s) of quantization-aware fine-tuning, learning rate: the "
+        "run's / 10; every activation int8 (--all-int8)), export every artifact",
+        "  output: out; re-running reuses finished steps"]

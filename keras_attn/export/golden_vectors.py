@@ -26,6 +26,13 @@ import json
 
 import numpy as np
 
+from keras_attn.text.entity_prediction import ner_model_inputs
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.ner import decode_word_labels
+from keras_attn.text.ner import entity_spans
+from keras_attn.text.ner import first_piece_mask
+from keras_attn.text.ner import repair_iob2
+from keras_attn.text.word_splitter import split_words
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 
 CARD_FORMAT = "keras-attn model card 1"
@@ -230,14 +237,6 @@ def ner_records(texts, tokenizer, predict, labels, crf=None):
         list of dicts: `text`, `words` (`[word, start, end]`), `token_ids`, `word_ids`,
         `num_truncated_words`, `logits` (real positions), `word_tags`, `entities`.
     """
-    from keras_attn.text.entity_prediction import ner_model_inputs
-    from keras_attn.text.label_vocabulary import LabelVocabulary
-    from keras_attn.text.ner import decode_word_labels
-    from keras_attn.text.ner import entity_spans
-    from keras_attn.text.ner import first_piece_mask
-    from keras_attn.text.ner import repair_iob2
-    from keras_attn.text.word_splitter import split_words
-
     vocabulary = LabelVocabulary(list(labels))
     split = [split_words(text, tokenizer.strip_accents) for text in texts]
     x, word_ids, truncated = ner_model_inputs(

@@ -24,8 +24,12 @@ on our tokenizer's ids, so any difference from MediaPipe's scores is the tokeniz
 import json
 import pathlib
 
+import keras
 import numpy as np
+from tensorflow.lite.python import schema_py_generated as schema
+from tensorflow.lite.tools import flatbuffer_utils
 
+from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_metadata import embed_metadata
 
 MEDIAPIPE_VARIANTS = ("fp32", "int8")  # fp32 first: it finds the texts tokenized differently
@@ -36,9 +40,6 @@ SAME_IDS_TOLERANCE = 1e-5
 def append_softmax(source, destination):
     """Copies a classifier `.tflite` with one `SOFTMAX` appended to its single float32
     `(1, C)` output; the new output tensor and signature output are named `probabilities`."""
-    from tensorflow.lite.python import schema_py_generated as schema
-    from tensorflow.lite.tools import flatbuffer_utils
-
     model = flatbuffer_utils.read_model_from_bytearray(
         bytearray(pathlib.Path(source).read_bytes()))
     graph = model.subgraphs[0]
@@ -79,6 +80,7 @@ def append_softmax(source, destination):
 
 def mediapipe_classifier(path):
     """MediaPipe's `TextClassifier` on a `.tflite` file (every label's score returned)."""
+    # The optional `mediapipe` extra (keras-attn[mediapipe]), ~1.9 s to import.
     from mediapipe.tasks.python.core.base_options import BaseOptions
     from mediapipe.tasks.python.text import text_classifier
 
@@ -102,8 +104,6 @@ def mediapipe_probabilities(classifier, texts, labels):
 
 def _litert_probabilities(path, tokenizer, texts, num_labels):
     """The file's output on our tokenizer's ids, run with LiteRT."""
-    from keras_attn.export.tflite_export import run_tflite
-
     if not texts:
         return np.zeros((0, num_labels))
     packed = tokenizer(list(texts))
@@ -205,8 +205,6 @@ def write_mediapipe_artifacts(export_dir, card, vocabulary, texts, keras_probabi
 
 def keras_probabilities(model, tokenizer, texts, batch_size=32):
     """Softmax of the Keras float classifier's logits on `texts`, `(N, C)` float64."""
-    import keras
-
     rows = []
     for start in range(0, len(texts), batch_size):
         packed = tokenizer(texts[start:start + batch_size])
@@ -233,7 +231,8 @@ def self_describing_tflite(export_dir, model, tokenizer, texts, log=None):
     log = log or (lambda message: None)
     export_dir = pathlib.Path(export_dir)
     try:
-        import mediapipe  # noqa: F401 - the metadata schema code and TextClassifier
+        # The optional `mediapipe` extra: the metadata schema code and TextClassifier.
+        import mediapipe  # noqa: F401
     except ImportError as error:
         message = f"TFLite metadata not written: {error} (pip install 'keras-attn[mediapipe]')"
         log(message)

@@ -16,8 +16,16 @@ the published BERT checkpoints export unchanged.
 
 import logging
 import os
+import tempfile
 
+import keras
 import numpy as np
+import onnx
+import onnxruntime
+import tensorflow as tf
+import tf2onnx
+from onnx import helper
+from onnx import numpy_helper
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +87,6 @@ def export_onnx(model, path, opset=17, outputs=None):
     >>> info["input_names"], info["output_names"]
     (['token_ids', 'segment_ids', 'padding_mask'], ['logits'])
     """
-    import keras
-    import onnx
-
     _check_export_arguments(model, path, opset, outputs)
     selected = _select_outputs(model, outputs)
     model_proto = _convert(model, selected, opset)
@@ -110,8 +115,6 @@ def export_onnx(model, path, opset=17, outputs=None):
 
 
 def _check_export_arguments(model, path, opset, outputs):
-    import keras
-
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
             "export_onnx converts through tf2onnx and needs the TensorFlow backend: set "
@@ -194,9 +197,6 @@ def _select_outputs(model, outputs):
 
 def _convert(model, selected, opset):
     """The tf2onnx ModelProto of `model` restricted to the `selected` outputs."""
-    import tensorflow as tf
-    import tf2onnx
-
     names = list(selected)
     keys = None if not isinstance(model.output, dict) else names
     specs = {
@@ -230,13 +230,11 @@ def _erfc_as_one_minus_erf(ctx, node, name, args):
     The absolute error is that of float32 `1 - erf(z)`, at most about 6e-8: in the
     exact GELU, `0.5 x erfc(-x / sqrt(2))`, it changes no logit by more than 1e-6.
     """
-    from tf2onnx import utils
-
     node.type = "Erf"
-    dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
-    one = ctx.make_const(utils.make_name(f"{name}_one"), np.array(1, dtype))
+    dtype = tf2onnx.utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+    one = ctx.make_const(tf2onnx.utils.make_name(f"{name}_one"), np.array(1, dtype))
     ctx.insert_new_node_on_output(
-        "Sub", node.output[0], name=utils.make_name(f"{name}_one_minus"),
+        "Sub", node.output[0], name=tf2onnx.utils.make_name(f"{name}_one_minus"),
         inputs=[one.output[0], node.output[0]],
     )
     return node
@@ -251,11 +249,6 @@ def _fold_constants(model_proto):
     time, so the quantizer cannot see it as a weight. Constant folding and redundant
     node elimination remove both; they change no value.
     """
-    import tempfile
-
-    import onnx
-    import onnxruntime
-
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
     with tempfile.TemporaryDirectory() as directory:
@@ -301,8 +294,6 @@ def _name_dynamic_axes(model_proto):
 
 
 def _check_standard_ops(model_proto, opset):
-    import onnx
-
     for node in model_proto.graph.node:
         if node.domain not in ("", "ai.onnx"):
             continue
@@ -362,7 +353,8 @@ def quantize_onnx_dynamic(src, dst, per_channel=True):
         )
     if not isinstance(per_channel, bool):
         raise ValueError(f"`per_channel` must be a bool. Received: per_channel={per_channel!r}")
-    import onnx
+    # Imported on use: onnxruntime's quantization tools take ~1.8 s to import (90 modules),
+    # a cost every `import keras_attn.export` (predict, serve) would pay for this one call.
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization import quantize_dynamic
 
@@ -394,9 +386,6 @@ def _gemm_as_matmul(model_proto):
     they are, a sixth of MiniLM's weights stay float32. Same values: `B' = B^T` when
     `transB`, and `alpha`, `beta` are folded into `B'` and `C`.
     """
-    from onnx import helper
-    from onnx import numpy_helper
-
     graph = model_proto.graph
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     nodes = []
@@ -479,7 +468,6 @@ class OnnxRunner:
                 raise ValueError(
                     f"`threads` must be a positive integer or None. Received: threads={threads!r}"
                 )
-        import onnxruntime
 
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -48,6 +48,7 @@ from keras_attn.layers.crf import viterbi_decode
 from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.machine import cpu_description
+from keras_attn.text.batching import model_inputs_at_length
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.hard_cases import HARD_CASES
@@ -114,13 +115,6 @@ class ExportOptions:
 
 class ExportError(ValueError):
     """The run cannot be exported (missing files, unsupported task, bad options)."""
-
-
-def _fixed_length(x, length):
-    """Pads every `(B, S)` input of batch `x` to `(B, length)` with zeros."""
-    return {name: np.pad(np.asarray(value, "int32"),
-                         ((0, 0), (0, length - np.shape(value)[1])))
-            for name, value in x.items()}
 
 
 def _directory_size(path):
@@ -204,8 +198,8 @@ class RunExporter:
         logits, or `(n, C)` token logits over the example's `n` real tokens."""
         outputs = [None] * len(self.examples)
         for indices, x in self.task.eval_batches(self.examples, batch_size):
-            x = {k: v for k, v in x.items() if k != "label_mask"}
-            logits = np.asarray(predict_fixed(_fixed_length(x, self.length)), "float32")
+            logits = np.asarray(predict_fixed(model_inputs_at_length(x, self.length)),
+                                "float32")
             for row, index in enumerate(indices):
                 if self.task.name == "ner":
                     n = len(self.examples[index]["token_ids"])
@@ -266,8 +260,7 @@ class RunExporter:
     def _calibration_batches(self):
         """Training examples padded to the export length, in batches of 8."""
         count = self.options.quantization.calibration_examples
-        return [_fixed_length({k: v for k, v in x.items() if k != "label_mask"}, self.length)
-                for x in self.task.input_batches(count)]
+        return [model_inputs_at_length(x, self.length) for x in self.task.input_batches(count)]
 
     def _quantization_aware_model(self):
         """The QAT model: of `options.qat_run`, or made by the quantize stage in
@@ -380,7 +373,7 @@ class RunExporter:
     def _latency_input(self):
         example = max(self.examples, key=lambda e: len(e["token_ids"]))
         x = self.task.collate([example])[0]
-        return _fixed_length({k: v for k, v in x.items() if k != "label_mask"}, self.length)
+        return model_inputs_at_length(x, self.length)
 
     # --- side files ---------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ import os
 import tempfile
 
 import tensorflow as tf
+import tensorflow_text  # noqa: F401 - registers FastBertNormalize & co. for load_saved_model
 
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
@@ -181,117 +182,49 @@ def _classification_function(run_model, tokenizer, labels):
     return serve
 
 
+class _TagTables:
+    """The label ids of a tagger as tensors: each label's kind (O / B / I) and entity type.
+
+    Types are numbered in order of first appearance; "O" has type `no_type`, the "" entry
+    after the real types in `type_names`.
+    """
+
+    def __init__(self, labels):
+        kinds, types, type_names = [], [], []
+        for label in labels:
+            if label == "O":
+                kinds.append(_OUTSIDE)
+                types.append(-1)
+                continue
+            kinds.append(_BEGIN if label.startswith("B-") else _INSIDE)
+            if label[2:] not in type_names:
+                type_names.append(label[2:])
+            types.append(type_names.index(label[2:]))
+        self.no_type = len(type_names)
+        self.label_kind = tf.constant(kinds, tf.int32)  # (num_labels,)
+        self.label_type = tf.constant([self.no_type if t < 0 else t for t in types],
+                                      tf.int32)  # (num_labels,)
+        self.type_names = tf.constant(type_names + [""])  # (num_types + 1,)
+        self.outside_id = labels.index("O")
+
+
 def _tagging_function(run_model, tokenizer, labels, use_crf):
-    length = tokenizer.sequence_length
-    kinds, types, type_names = [], [], []
-    for label in labels:
-        if label == "O":
-            kinds.append(_OUTSIDE)
-            types.append(-1)
-            continue
-        kinds.append(_BEGIN if label.startswith("B-") else _INSIDE)
-        if label[2:] not in type_names:
-            type_names.append(label[2:])
-        types.append(type_names.index(label[2:]))
-    no_type = len(type_names)  # the type of "O": the "" entry after the real types
-    label_kind = tf.constant(kinds, tf.int32)
-    label_type = tf.constant([no_type if t < 0 else t for t in types], tf.int32)
-    type_table = tf.constant(type_names + [""])
-    outside_id = labels.index("O")
+    tables = _TagTables(labels)
 
     def serve(text):
         words, word_starts, word_ends = split_words_tf(text, tokenizer.strip_accents)  # (B, W)
-        aligned = align_word_labels(
-            tokenizer.tokenize_words(words),
-            cls_token_id=tokenizer.cls_token_id,
-            sep_token_id=tokenizer.sep_token_id,
-            sequence_length=length,
-        )
-        shape = [None, length]
-        token_ids = aligned["token_ids"].to_tensor(tokenizer.pad_token_id, shape=shape)  # (B, L)
-        word_ids = aligned["word_ids"].to_tensor(-1, shape=shape)  # (B, L)
-        previous = tf.pad(word_ids[:, :-1], [[0, 0], [1, 0]], constant_values=-1)  # (B, L)
-        first_piece = (word_ids >= 0) & (word_ids != previous)  # (B, L)
-        inputs = {
-            "token_ids": tf.cast(token_ids, tf.int32),
-            "segment_ids": tf.zeros_like(token_ids, tf.int32),
-            "padding_mask": tf.cast(
-                aligned["padding_mask"].to_tensor(False, shape=shape), tf.int32
-            ),
-        }
-        if use_crf:
-            inputs["label_mask"] = tf.cast(first_piece, tf.int32)
+        aligned, word_ids, first_piece, inputs = _tagger_inputs(words, tokenizer, use_crf)
         logits, tags = run_model(_trim_to_longest_row(inputs))  # (B, L', ...), L' <= L
         predicted = tags if use_crf else tf.argmax(logits, axis=-1, output_type=tf.int32)
-
-        # Word tags: each word's first piece; words without one (truncated, or no piece) "O".
-        batch_size = tf.shape(token_ids)[0]
-        num_words = tf.cast(words.row_lengths(), tf.int32)  # (B,)
-        max_words = tf.reduce_max(tf.concat([num_words, [0]], axis=0))
-        positions = tf.where(first_piece)  # (N, 2) [row, position]
-        word_index = tf.stack(
-            [tf.cast(positions[:, 0], tf.int32), tf.gather_nd(word_ids, positions)], axis=1
-        )  # (N, 2) [row, word]
-        word_tags = tf.tensor_scatter_nd_update(
-            tf.fill([batch_size, max_words], outside_id),
-            word_index,
-            tf.gather_nd(tf.cast(predicted, tf.int32), positions),
-        )  # (B, W) label ids
-        real = tf.sequence_mask(num_words, max_words)  # (B, W)
-
-        # conlleval repair: an I-X that does not follow an X tag becomes B-X. The repair
-        # never changes a type, so "the previous tag" can be read before repairing.
-        kind = tf.gather(label_kind, word_tags)  # (B, W)
-        entity_type = tf.gather(label_type, word_tags)  # (B, W), no_type for O
-        previous_type = tf.pad(
-            entity_type[:, :-1], [[0, 0], [1, 0]], constant_values=no_type
-        )  # (B, W)
-        kind = tf.where((kind == _INSIDE) & (previous_type != entity_type), _BEGIN, kind)
-        type_names_per_word = tf.gather(type_table, entity_type)  # (B, W), "" for O
-        prefix = tf.gather(tf.constant(["O", "B-", "I-"]), kind)
-        tag_strings = tf.where(kind == _OUTSIDE, "O", prefix + type_names_per_word)
-        tag_strings = tf.where(real, tag_strings, "")
-
-        # Entities: a B starts one, the I's after it (same type after the repair) extend it.
-        is_begin = (kind == _BEGIN) & real  # (B, W)
-        in_entity = (kind != _OUTSIDE) & real  # (B, W)
-        entity_id = tf.cumsum(tf.reshape(tf.cast(is_begin, tf.int32), [-1])) - 1  # (B*W,)
-        entity_id = tf.reshape(entity_id, tf.shape(is_begin))  # (B, W) flat entity number
-        num_entities_total = tf.reduce_sum(tf.cast(is_begin, tf.int32))
-        member = tf.where(in_entity)  # (M, 2)
-        member_word = tf.cast(member[:, 1], tf.int32)
-        member_entity = tf.gather_nd(entity_id, member)
-        end_word = tf.math.unsorted_segment_max(
-            member_word, member_entity, num_entities_total
-        ) + 1  # (E_total,)
-        begins = tf.where(is_begin)  # (E_total, 2) in entity order
-        entity_row = tf.cast(begins[:, 0], tf.int32)
-        start_word = tf.cast(begins[:, 1], tf.int32)
+        word_tags, num_words = _word_tags(predicted, words, word_ids, first_piece,
+                                          tables.outside_id)  # (B, W), (B,)
+        real = tf.sequence_mask(num_words, tf.shape(word_tags)[1])  # (B, W)
+        kind, entity_type, tag_strings = _repaired_tags(word_tags, real, tables)
         dense_starts = word_starts.to_tensor(-1)  # (B, W)
         dense_ends = word_ends.to_tensor(-1)  # (B, W)
-        start_char = tf.gather_nd(dense_starts, tf.stack([entity_row, start_word], axis=1))
-        end_char = tf.gather_nd(dense_ends, tf.stack([entity_row, end_word - 1], axis=1))
-        entity_text = tf.strings.substr(
-            tf.gather(text, entity_row), start_char, end_char - start_char, unit="UTF8_CHAR"
-        )
-        entity_names = tf.gather(type_table, tf.gather_nd(entity_type, begins))
-
-        def per_row(values, fill):
-            ragged = tf.RaggedTensor.from_value_rowids(
-                values, tf.cast(entity_row, tf.int64), nrows=tf.cast(batch_size, tf.int64)
-            )
-            return ragged.to_tensor(fill)  # (B, E)
-
+        entities = _entities(text, kind, entity_type, real, dense_starts, dense_ends, tables)
         return {
-            "entity_type": per_row(entity_names, ""),
-            "entity_text": per_row(entity_text, ""),
-            "entity_start": per_row(start_char, -1),
-            "entity_end": per_row(end_char, -1),
-            "entity_start_word": per_row(start_word, -1),
-            "entity_end_word": per_row(end_word, -1),
-            "num_entities": tf.math.bincount(
-                entity_row, minlength=batch_size, maxlength=batch_size, dtype=tf.int32
-            ),
+            **entities,
             "words": words.to_tensor(""),
             "word_tags": tag_strings,
             "word_start": dense_starts,
@@ -301,6 +234,120 @@ def _tagging_function(run_model, tokenizer, labels, use_crf):
         }
 
     return serve
+
+
+def _tagger_inputs(words, tokenizer, use_crf):
+    """The model inputs of `words` (B, W): `(aligned, word_ids, first_piece, inputs)`, with
+    `word_ids` (B, L) each piece's word (-1: special or padding) and `first_piece` (B, L)
+    whether a piece starts its word (a CRF tagger's `label_mask`)."""
+    length = tokenizer.sequence_length
+    aligned = align_word_labels(
+        tokenizer.tokenize_words(words),
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+        sequence_length=length,
+    )
+    shape = [None, length]
+    token_ids = aligned["token_ids"].to_tensor(tokenizer.pad_token_id, shape=shape)  # (B, L)
+    word_ids = aligned["word_ids"].to_tensor(-1, shape=shape)  # (B, L)
+    previous = tf.pad(word_ids[:, :-1], [[0, 0], [1, 0]], constant_values=-1)  # (B, L)
+    first_piece = (word_ids >= 0) & (word_ids != previous)  # (B, L)
+    inputs = {
+        "token_ids": tf.cast(token_ids, tf.int32),
+        "segment_ids": tf.zeros_like(token_ids, tf.int32),
+        "padding_mask": tf.cast(
+            aligned["padding_mask"].to_tensor(False, shape=shape), tf.int32
+        ),
+    }
+    if use_crf:
+        inputs["label_mask"] = tf.cast(first_piece, tf.int32)
+    return aligned, word_ids, first_piece, inputs
+
+
+def _word_tags(predicted, words, word_ids, first_piece, outside_id):
+    """Word tags: each word's first piece; words without one (truncated, or no piece) "O".
+
+    Returns `(word_tags, num_words)`: (B, W) label ids and (B,) words per row.
+    """
+    batch_size = tf.shape(word_ids)[0]
+    num_words = tf.cast(words.row_lengths(), tf.int32)  # (B,)
+    max_words = tf.reduce_max(tf.concat([num_words, [0]], axis=0))
+    positions = tf.where(first_piece)  # (N, 2) [row, position]
+    word_index = tf.stack(
+        [tf.cast(positions[:, 0], tf.int32), tf.gather_nd(word_ids, positions)], axis=1
+    )  # (N, 2) [row, word]
+    word_tags = tf.tensor_scatter_nd_update(
+        tf.fill([batch_size, max_words], outside_id),
+        word_index,
+        tf.gather_nd(tf.cast(predicted, tf.int32), positions),
+    )  # (B, W) label ids
+    return word_tags, num_words
+
+
+def _repaired_tags(word_tags, real, tables):
+    """conlleval repair: an I-X that does not follow an X tag becomes B-X. The repair never
+    changes a type, so "the previous tag" can be read before repairing.
+
+    Returns `(kind, entity_type, tag_strings)`, each (B, W): O / B / I, the type id
+    (`no_type` for O) and the tag ("" past a row's words).
+    """
+    kind = tf.gather(tables.label_kind, word_tags)  # (B, W)
+    entity_type = tf.gather(tables.label_type, word_tags)  # (B, W), no_type for O
+    previous_type = tf.pad(
+        entity_type[:, :-1], [[0, 0], [1, 0]], constant_values=tables.no_type
+    )  # (B, W)
+    kind = tf.where((kind == _INSIDE) & (previous_type != entity_type), _BEGIN, kind)
+    type_names_per_word = tf.gather(tables.type_names, entity_type)  # (B, W), "" for O
+    prefix = tf.gather(tf.constant(["O", "B-", "I-"]), kind)
+    tag_strings = tf.where(kind == _OUTSIDE, "O", prefix + type_names_per_word)
+    return kind, entity_type, tf.where(real, tag_strings, "")
+
+
+def _entities(text, kind, entity_type, real, word_starts, word_ends, tables):
+    """Entities: a B starts one, the I's after it (same type after the repair) extend it.
+
+    `word_starts` / `word_ends` are (B, W) character offsets. Returns the `entity_*`
+    outputs, (B, E) each, and `num_entities` (B,).
+    """
+    batch_size = tf.shape(kind)[0]
+    is_begin = (kind == _BEGIN) & real  # (B, W)
+    in_entity = (kind != _OUTSIDE) & real  # (B, W)
+    entity_id = tf.cumsum(tf.reshape(tf.cast(is_begin, tf.int32), [-1])) - 1  # (B*W,)
+    entity_id = tf.reshape(entity_id, tf.shape(is_begin))  # (B, W) flat entity number
+    num_entities_total = tf.reduce_sum(tf.cast(is_begin, tf.int32))
+    member = tf.where(in_entity)  # (M, 2)
+    member_word = tf.cast(member[:, 1], tf.int32)
+    member_entity = tf.gather_nd(entity_id, member)
+    end_word = tf.math.unsorted_segment_max(
+        member_word, member_entity, num_entities_total
+    ) + 1  # (E_total,)
+    begins = tf.where(is_begin)  # (E_total, 2) in entity order
+    entity_row = tf.cast(begins[:, 0], tf.int32)
+    start_word = tf.cast(begins[:, 1], tf.int32)
+    start_char = tf.gather_nd(word_starts, tf.stack([entity_row, start_word], axis=1))
+    end_char = tf.gather_nd(word_ends, tf.stack([entity_row, end_word - 1], axis=1))
+    entity_text = tf.strings.substr(
+        tf.gather(text, entity_row), start_char, end_char - start_char, unit="UTF8_CHAR"
+    )
+    entity_names = tf.gather(tables.type_names, tf.gather_nd(entity_type, begins))
+
+    def per_row(values, fill):
+        ragged = tf.RaggedTensor.from_value_rowids(
+            values, tf.cast(entity_row, tf.int64), nrows=tf.cast(batch_size, tf.int64)
+        )
+        return ragged.to_tensor(fill)  # (B, E)
+
+    return {
+        "entity_type": per_row(entity_names, ""),
+        "entity_text": per_row(entity_text, ""),
+        "entity_start": per_row(start_char, -1),
+        "entity_end": per_row(end_char, -1),
+        "entity_start_word": per_row(start_word, -1),
+        "entity_end_word": per_row(end_word, -1),
+        "num_entities": tf.math.bincount(
+            entity_row, minlength=batch_size, maxlength=batch_size, dtype=tf.int32
+        ),
+    }
 
 
 def export_saved_model(model, tokenizer, label_vocabulary, directory):
@@ -347,8 +394,7 @@ def export_saved_model(model, tokenizer, label_vocabulary, directory):
 
 
 def load_saved_model(directory):
-    """`tf.saved_model.load` after registering the tensorflow-text ops the graph uses."""
-    import tensorflow_text  # noqa: F401 - registers FastBertNormalize & co. with TensorFlow
-
+    """`tf.saved_model.load`; the tensorflow-text ops the graph uses (FastBertNormalize & co.)
+    are registered by the `tensorflow_text` import at the top of this module."""
     return tf.saved_model.load(os.fspath(directory))
 

@@ -58,6 +58,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
+from ai_edge_litert.interpreter import InterpreterWithCustomOps
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_attn.export.tflite_export import TFLiteExportError
@@ -322,8 +323,6 @@ def text_interpreter(model, num_threads=1):
         model: path of a `.tflite` file, or its bytes.
         num_threads: int, CPU threads.
     """
-    from ai_edge_litert.interpreter import InterpreterWithCustomOps
-
     source = (
         {"model_content": bytes(model)} if isinstance(model, (bytes, bytearray))
         else {"model_path": os.fspath(model)}

@@ -34,7 +34,13 @@ import json
 import pathlib
 import zipfile
 
+import flatbuffers
 import numpy as np
+from tensorflow.lite.python import schema_py_generated as schema
+from tensorflow.lite.tools import flatbuffer_utils
+
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.tokenizer import WordPieceTokenizer
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -56,7 +62,7 @@ class TFLiteMetadataError(ValueError):
 
 def _schema():
     """The generated metadata schema module of the `mediapipe` wheel."""
-    try:
+    try:  # imported on use: the optional `mediapipe` extra (keras-attn[mediapipe])
         from mediapipe.tasks.metadata import metadata_schema_py_generated
     except ImportError as error:
         raise ImportError(
@@ -84,8 +90,6 @@ def _input_names(model):
 
 def _metadata_flatbuffer(model, card, mediapipe):
     """The serialized `ModelMetadata` of `model` (a flatbuffer `ModelT`) for `card`."""
-    import flatbuffers
-
     fb = _schema()
 
     def associated(name, kind, description):
@@ -151,9 +155,6 @@ def embed_metadata(path, card, vocabulary, labels, mediapipe=False, output_path=
     Returns:
         The `pathlib.Path` written.
     """
-    from tensorflow.lite.python import schema_py_generated as schema
-    from tensorflow.lite.tools import flatbuffer_utils
-
     path = pathlib.Path(path)
     if list(card["labels"]) != list(labels):
         raise TFLiteMetadataError(
@@ -228,8 +229,6 @@ def read_metadata(path):
         and `files` (name -> bytes, from `associated_files(path)`), or `None` when the file
         has no `TFLITE_METADATA`.
     """
-    from tensorflow.lite.python import schema_py_generated as schema
-
     fb = _schema()
     content = bytearray(pathlib.Path(path).read_bytes())
     model = schema.Model.GetRootAs(content, 0)
@@ -279,8 +278,6 @@ class TFLiteSettings:
 
     def tokenizer(self):
         """The `WordPieceTokenizer` of the card's settings over the embedded vocabulary."""
-        from keras_attn.text.tokenizer import WordPieceTokenizer
-
         settings = self.card["tokenizer"]
         return WordPieceTokenizer(self.vocabulary, lowercase=bool(settings["lowercase"]),
                                   strip_accents=bool(settings["strip_accents"]),
@@ -288,8 +285,6 @@ class TFLiteSettings:
 
     def label_vocabulary(self):
         """The labels as a `LabelVocabulary`."""
-        from keras_attn.text.label_vocabulary import LabelVocabulary
-
         return LabelVocabulary(self.labels)
 
 

@@ -62,7 +62,10 @@ import threading
 import time
 
 import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import types_pb2
 
+from keras_attn.export.serving_module import load_saved_model
 from keras_attn.inference.request_batcher import QueueFullError
 from keras_attn.inference.request_batcher import RequestBatcher
 
@@ -118,8 +121,6 @@ def find_saved_model(path):
 
 def _dtype_name(dtype):
     """The `DataType` enum name TF Serving prints (`DT_FLOAT`, `DT_STRING`, `DT_INT32`)."""
-    from tensorflow.core.framework import types_pb2
-
     return types_pb2.DataType.Name(dtype.as_datatype_enum)
 
 
@@ -159,7 +160,6 @@ class RestApi:
         if not isinstance(model_name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", model_name):
             raise ValueError("`model_name` must be letters, digits, '_', '.' or '-' (it is part "
                              f"of the URL). Received: model_name={model_name!r}")
-        from keras_attn.export.serving_module import load_saved_model
 
         directory, self.version = find_saved_model(saved_model_dir)
         self.saved_model_dir = directory
@@ -381,8 +381,6 @@ class RestApi:
 
     def _array(self, value, spec, name):
         """The request value of input `name` as a numpy array of `spec`'s dtype and rank."""
-        import tensorflow as tf
-
         is_string = spec.dtype == tf.string
         leaves, shape = [], []
         _flatten(value, leaves, shape, 0, name)
@@ -445,8 +443,6 @@ class RestApi:
 
     def run(self, signature, inputs):
         """Outputs (numpy) of `signature` on numpy `inputs`; model failures as `RequestError`."""
-        import tensorflow as tf
-
         specs = self.input_specs[signature]
         tensors = {name: tf.constant(value, dtype=specs[name].dtype)
                    for name, value in inputs.items()}
@@ -716,6 +712,7 @@ def _protocol_class(limits):
     """uvicorn's h11 protocol with a deadline for each request's line and headers (uvicorn
     only times out idle keep-alive connections, so a client trickling header bytes would
     hold its connection forever), strict Content-Length checks and JSON error bodies."""
+    # The optional `serve` extra (keras-attn[serve]); `HttpServer` checks it is there.
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class ServerProtocol(H11Protocol):
@@ -899,7 +896,7 @@ class HttpServer:
     """
 
     def __init__(self, api, host, port, limits, log):
-        try:
+        try:  # imported on use: the optional `serve` extra (keras-attn[serve])
             import uvicorn
         except ImportError:
             raise ImportError("`keras-attn serve` runs on uvicorn: pip install "

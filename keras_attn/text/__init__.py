@@ -6,6 +6,7 @@ in training, inside the exported SavedModel and in TFLite.
 
 from keras_attn.text.batching import SequenceBatcher
 from keras_attn.text.batching import TruncationCounter
+from keras_attn.text.batching import model_inputs_at_length
 from keras_attn.text.classification_reader import ClassificationExample
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
@@ -67,6 +68,7 @@ __all__ = [
     "iob1_to_iob2",
     "iob2_entities",
     "load_vocabulary",
+    "model_inputs_at_length",
     "ner_model_inputs",
     "predict_entities",
     "read_lines",

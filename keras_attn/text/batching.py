@@ -1,11 +1,33 @@
 """Batching of variable-length examples: counted truncation, length buckets, dynamic or static
 padding."""
 
+import numpy as np
 import tensorflow as tf
 
 from keras_attn.layers.validation import check_int_sequence
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.text.ner import IGNORE_LABEL
+
+
+def model_inputs_at_length(batch, length):
+    """The model inputs of a collated `batch`, padded with zeros to `(B, length)`.
+
+    The fixed-length inputs of calibration (the quantize stage) and of the exported
+    artifacts (scoring, latency). `label_mask`, which tokens a training loss scores, is not a
+    model input and is left out.
+
+    Args:
+        batch: dict of `(B, S)` integer arrays, `S <= length`.
+        length: int. The padded length.
+    Returns:
+        dict of `(B, length)` int32 numpy arrays.
+    Example:
+    >>> x = model_inputs_at_length({"token_ids": [[5, 6]], "label_mask": [[1, 0]]}, 4)
+    >>> {name: value.tolist() for name, value in x.items()}
+    {'token_ids': [[5, 6, 0, 0]]}
+    """
+    return {name: np.pad(np.asarray(value, "int32"), ((0, 0), (0, length - np.shape(value)[1])))
+            for name, value in batch.items() if name != "label_mask"}
 
 
 class TruncationCounter:
