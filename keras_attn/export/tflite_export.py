@@ -334,8 +334,9 @@ def _interpreter(path, num_threads):
     return interpreter
 
 
-def _default_runner(interpreter):
-    """The runner of `serving_default`, or of the only signature."""
+def default_signature_runner(interpreter):
+    """The runner of `serving_default` (the full-length signature of a bucketed file), or
+    of the only signature."""
     keys = list(interpreter.get_signature_list())
     return interpreter.get_signature_runner(DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in keys
                                             else None)
@@ -343,7 +344,7 @@ def _default_runner(interpreter):
 
 def _input_index(interpreter):
     """Default signature's input name -> tensor index."""
-    details = _default_runner(interpreter).get_input_details()
+    details = default_signature_runner(interpreter).get_input_details()
     return {name: details[name]["index"] for name in INPUT_NAMES}
 
 
