@@ -138,6 +138,7 @@ def test_the_shortest_bucket_that_fits_runs(bucketed):
     assert calls == [16]
 
 
+@pytest.mark.slow  # the exporter's NER test runs a tagger's buckets by default
 def test_a_taggers_bucket_outputs_are_padded_to_the_full_length(tmp_path):
     keras.utils.set_random_seed(1)
     model = BertTokenClassifier(tiny_backbone(), num_labels=5)

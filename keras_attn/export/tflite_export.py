@@ -74,7 +74,12 @@ def bucket_lengths(sequence_length, smallest=SMALLEST_BUCKET):
 
 
 def bucket_signature(length, sequence_length):
-    """The signature key of the bucket of `length` in a model of `sequence_length`."""
+    """The signature key of the bucket of `length` in a model of `sequence_length`.
+
+    Example:
+    >>> bucket_signature(32, 128), bucket_signature(128, 128)
+    ('tokens_32', 'serving_default')
+    """
     return DEFAULT_SIGNATURE if length == sequence_length else \
         f"{BUCKET_SIGNATURE_PREFIX}{length}"
 
@@ -366,9 +371,11 @@ class BucketedTFLite:
     Returns:
         float32 logits, `(1, C)`, or `(1, L, C)` for a tagger (zeros after the bucket).
 
-    Example:
-    >>> bucket_signature(32, 128), bucket_signature(128, 128)
-    ('tokens_32', 'serving_default')
+    Example (with a file written by `export_tflite(..., buckets=bucket_lengths(128))`):
+
+        model = BucketedTFLite(Interpreter(model_path="model_int8_buckets.tflite"))
+        model.lengths        # (16, 32, 64, 128)
+        logits = model(x)    # x: (1, 128) inputs of 20 real tokens -> runs `tokens_32`
     """
 
     def __init__(self, interpreter):
