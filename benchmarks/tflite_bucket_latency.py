@@ -32,7 +32,7 @@ from keras_attn.training.run_directory import RunDirectory
 
 def _texts(path, count, seed=0):
     if path.endswith(".txt"):
-        texts = [" ".join(sentence.tokens) for _, sentence in ConllReader(path)]
+        texts = [" ".join(sentence.tokens) for sentence in ConllReader(path)]
     else:
         texts = [example.text for example in ClassificationReader(path, text_column="sentence",
                                                                   label_column="label")]
