@@ -41,12 +41,15 @@ def _texts(path, count, seed=0):
                                                 replace=False))]
 
 
-def _convert(run, qat_run, length, out, calibration):
+def _convert(run, qat_run, length, out, calibration, variants):
     paths = {}
     for buckets in (None, bucket_lengths(length)):
-        results = export_tflite(run.load_model(), out, ["fp32", "dynamic_int8"], length,
-                                buckets=buckets)
-        if qat_run is not None:
+        results = {}
+        float_variants = [v for v in variants if v != "int8"]
+        if float_variants:
+            results = export_tflite(run.load_model(), out, float_variants, length,
+                                    buckets=buckets)
+        if qat_run is not None and "int8" in variants:
             results.update(export_tflite(RunDirectory(qat_run).load_model(), out, ["int8"],
                                          length, calibration, buckets=buckets))
         for variant, result in results.items():
@@ -62,6 +65,9 @@ def main(argv=None):
     parser.add_argument("--qat-run")
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--out", help="where the .tflite files go (default: a temporary dir)")
+    parser.add_argument("--variants", nargs="+", default=["fp32", "dynamic_int8", "int8"],
+                        choices=["fp32", "dynamic_int8", "int8"],
+                        help="int8 needs --qat-run")
     args = parser.parse_args(argv)
     run = RunDirectory(args.run_dir)
     tokenizer = run.tokenizer(args.sequence_length)
@@ -71,7 +77,8 @@ def main(argv=None):
               for i in range(len(packed["token_ids"]))]
     tokens = [int(x["padding_mask"].sum()) for x in inputs]
     out = args.out or tempfile.mkdtemp(prefix="bucket_latency_")
-    paths = _convert(run, args.qat_run, args.sequence_length, out, inputs[:32])
+    paths = _convert(run, args.qat_run, args.sequence_length, out, inputs[:32],
+                     args.variants)
     print(f"CPU: {cpu_description()}, 1 thread; {os.path.basename(args.data)}: {len(inputs)} "
           f"texts, tokens median {np.median(tokens):.0f}, mean {np.mean(tokens):.1f}; "
           f"length {args.sequence_length}, buckets {bucket_lengths(args.sequence_length)}\n")
