@@ -19,11 +19,14 @@ import time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
+from keras_attn.export.tflite_export import default_signature_runner
 from keras_attn.machine import cpu_description
 
 
 def _runner(path, sequence_length, threads):
-    runner = Interpreter(model_path=path, num_threads=threads).get_signature_runner()
+    # A file with length buckets runs its full-length signature (`serving_default`); for its
+    # latency over real lengths see benchmarks/tflite_bucket_latency.py.
+    runner = default_signature_runner(Interpreter(model_path=path, num_threads=threads))
     inputs = {"token_ids": np.full((1, sequence_length), 100, "int32"),
               "segment_ids": np.zeros((1, sequence_length), "int32"),
               "padding_mask": np.ones((1, sequence_length), "int32")}

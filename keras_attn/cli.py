@@ -143,7 +143,8 @@ def _export(args):
             eval_split=args.eval_split,
             max_eval_examples=args.max_eval_examples,
             latency_threads=tuple(args.latency_threads), latency_runs=args.latency_runs,
-            text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples)
+            text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples,
+            length_buckets=not args.no_length_buckets)
         _say(f"keras-attn export {args.run_dir} -> {output_dir}")
         report = export_run(args.run_dir, output_dir, options, log=_say)
     except (ExportError, ConfigError, DataError, TFLiteExportError, ValueError) as error:
@@ -382,6 +383,9 @@ def _add_export_command(commands):
                         help="data sentences in golden_vectors.jsonl (plus the hard cases)")
     export.add_argument("--no-text-tflite", action="store_true",
                         help="skip model_text.tflite (tokenizer inside, tf-text custom ops)")
+    export.add_argument("--no-length-buckets", action="store_true",
+                        help="skip model_<variant>_buckets.tflite (one signature per length "
+                             "bucket) and its latency over the evaluation lengths")
     export.set_defaults(handler=_export)
 
 

@@ -14,6 +14,7 @@ from keras_attn.export.run_exporter import ExportError
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
 from keras_attn.export.run_exporter import report_markdown
+from keras_attn.inference.predictor import load_predictor
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.quantization_recipe import QuantizationRecipe
@@ -87,7 +88,9 @@ def ner(tmp_path_factory):
                       "test": write_conll(root / "test.txt", 24, 2), "max_length": 16}
     values["model"]["vocabulary"] = str(root / "vocab.txt")
     run = train_run(root / "run", values)
-    report = export_run(run, root / "export", options(quantization=QuantizationRecipe()))
+    # Length buckets 8 and 16 (the default smallest bucket, 16, is this run's max length).
+    report = export_run(run, root / "export", options(quantization=QuantizationRecipe(),
+                                                      smallest_bucket=8))
     return run, root / "export", report
 
 
@@ -334,3 +337,35 @@ def test_tflite_files_are_self_describing_and_run_in_mediapipe(classification, n
     texts = ["a good film", "bad plot", "Café"]
     assert load_predictor(tmp_path / "model_int8.tflite").predict(texts) == \
         load_predictor(export_dir / "model_int8.tflite").predict(texts)
+
+
+def test_length_buckets_give_the_fixed_files_results(ner, classification):
+    """`model_<variant>_buckets.tflite` (lengths 8 and 16): scored picking the shortest
+    bucket, same results as the fixed files (fp32 logits within 1e-5 of them), timed against
+    them over the evaluation examples; `keras-attn predict` picks buckets too."""
+    _, export_dir, report = ner
+    table = rows(report)
+    for variant in ("fp32", "dynamic_int8", "int8"):
+        fixed, bucketed = table[f"model_{variant}.tflite"], table[f"model_{variant}_buckets.tflite"]
+        assert bucketed["metric"] == fixed["metric"], variant
+        assert abs(bucketed["agreement"] - fixed["agreement"]) <= 0.02, variant
+        assert bucketed["ops"] == fixed["ops"], variant
+        # In this tiny model the extra subgraphs' op tables weigh as much as the weights.
+        assert fixed["size_bytes"] < bucketed["size_bytes"] < 2 * fixed["size_bytes"], variant
+    assert abs(table["model_fp32_buckets.tflite"]["max_abs_logit_diff"]
+               - table["model_fp32.tflite"]["max_abs_logit_diff"]) <= 1e-5
+    section = report["length_buckets"]
+    assert section["lengths"] == [8, 16] and set(section["latency"]) == {
+        "fp32", "dynamic_int8", "int8"}
+    assert sum(section["bucket_counts"].values()) == section["examples"] == 24
+    for latency in section["latency"].values():
+        assert latency["p50_ratio"] > 0 and latency["mean_ratio"] > 0
+    markdown = (export_dir / "export_report.md").read_text()
+    assert "## Length buckets" in markdown and section["cpu"] in markdown
+    texts = ["anna was in paris", "the film was in rome , the film was very good and anna "
+             "smith was in paris", ""]
+    assert load_predictor(export_dir / "model_int8_buckets.tflite").predict(texts) == \
+        load_predictor(export_dir / "model_int8.tflite").predict(texts)
+    # The classification fixture's run is 16 long: one bucket, so no bucketed files.
+    assert report["length_buckets"] and classification[2]["length_buckets"] is None
+    assert not list(classification[1].glob("*_buckets.tflite"))

@@ -14,30 +14,54 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_attn.export.tflite_export import INPUT_NAMES
+from keras_attn.export.tflite_export import bucket_signature
 
 # Registers QatBert and its layers for `keras.saving.load_model`.
 from keras_attn.quantization.qat_bert import QatBert  # noqa: F401
 
 
-def _saved_model(model, sequence_length, directory):
-    """A SavedModel of `model` with a static `(1, L)` int32 signature."""
-    specs = [tf.TensorSpec((1, sequence_length), tf.int32, name=name) for name in INPUT_NAMES]
+def _saved_model(model, lengths, directory):
+    """A SavedModel of `model` with one static `(1, n)` int32 signature per length `n`
+    (`serving_default` for the longest, `bucket_signature` names for the others)."""
+    signatures = {}
+    for length in lengths:
+        specs = [tf.TensorSpec((1, length), tf.int32, name=name) for name in INPUT_NAMES]
 
-    @tf.function(input_signature=specs)
-    def serve(token_ids, segment_ids, padding_mask):
-        inputs = {"token_ids": token_ids, "segment_ids": segment_ids,
-                  "padding_mask": padding_mask}
-        return {"logits": model(inputs, training=False)}
+        @tf.function(input_signature=specs)
+        def serve(token_ids, segment_ids, padding_mask):
+            inputs = {"token_ids": token_ids, "segment_ids": segment_ids,
+                      "padding_mask": padding_mask}
+            return {"logits": model(inputs, training=False)}
 
-    # Weights become graph constants: saved as variables they stay VAR_HANDLE /
-    # READ_VARIABLE ops in the TFLite model and their FakeQuants are not turned into
-    # int8 scales (measured with Keras 3 variables tracked by a tf.Module).
-    frozen = convert_variables_to_constants_v2(serve.get_concrete_function())
-    tf.saved_model.save(tf.Module(), directory, signatures={"serving_default": frozen})
+        # Weights become graph constants: saved as variables they stay VAR_HANDLE /
+        # READ_VARIABLE ops in the TFLite model and their FakeQuants are not turned into
+        # int8 scales (measured with Keras 3 variables tracked by a tf.Module). The
+        # converter stores a constant that several signatures use once (measured: the
+        # buckets file is the fixed one plus its extra subgraphs' ops and position slices).
+        key = bucket_signature(length, max(lengths))
+        signatures[key] = convert_variables_to_constants_v2(serve.get_concrete_function())
+    tf.saved_model.save(tf.Module(), directory, signatures=signatures)
     return directory
 
 
-def _converter(variant, saved_model_dir, examples, float_residual=False):
+def _representative_dataset(examples, lengths):
+    """Calibration inputs: with one signature the examples; with buckets each signature's
+    examples cut to its length (the examples whose tokens fit it, else all of them)."""
+    count = len(examples["token_ids"])
+    if len(lengths) == 1:
+        return lambda: ({name: examples[name][i] for name in INPUT_NAMES}
+                        for i in range(count))
+    real = examples["padding_mask"][:, 0].sum(-1)  # (N,) tokens of each example
+    samples = []
+    for length in lengths:
+        fits = [i for i in range(count) if real[i] <= length] or list(range(count))
+        key = bucket_signature(length, max(lengths))
+        samples += [(key, {name: examples[name][i][:, :length] for name in INPUT_NAMES})
+                    for i in fits]
+    return lambda: iter(samples)
+
+
+def _converter(variant, saved_model_dir, examples, lengths, float_residual=False):
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if variant == "int8" and float_residual:
@@ -53,12 +77,7 @@ def _converter(variant, saved_model_dir, examples, float_residual=False):
     elif variant in ("int8", "int8_ptq"):
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-
-        def representative_dataset():
-            for i in range(len(examples["token_ids"])):
-                yield {name: examples[name][i] for name in INPUT_NAMES}
-
-        converter.representative_dataset = representative_dataset
+        converter.representative_dataset = _representative_dataset(examples, lengths)
     return converter
 
 
@@ -70,7 +89,7 @@ def main(job_path):
     if job["data_path"]:
         with np.load(job["data_path"]) as data:
             examples = {name: data[name] for name in INPUT_NAMES}
-    length = job["sequence_length"]
+    lengths = job["lengths"]
     for variant in job["variants"]:
         if variant == "int8":
             graph = model
@@ -79,9 +98,9 @@ def main(job_path):
             graph = model.with_quantization(False, masked_score=job["ptq_masked_score"])
         else:
             graph = model.with_quantization(False)
-        directory = _saved_model(graph, length, os.path.join(job["work_dir"], variant))
+        directory = _saved_model(graph, lengths, os.path.join(job["work_dir"], variant))
         float_residual = variant == "int8" and getattr(model, "float_residual", False)
-        content = _converter(variant, directory, examples, float_residual).convert()
+        content = _converter(variant, directory, examples, lengths, float_residual).convert()
         with open(job["outputs"][variant], "wb") as f:
             f.write(content)
 

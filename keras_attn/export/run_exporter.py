@@ -10,7 +10,8 @@ Steps (a finished step is reused when the command runs again):
    `model.checkpoint=RUN_DIR`, `model.quantization_aware=true`);
 3. TFLite: `model_fp32`, `model_fp16`, `model_dynamic_int8` and `model_int8_ptq` from the
    float model, `model_int8` from the QAT model, all batch 1 with a fixed sequence length,
-   builtin ops only;
+   builtin ops only; `model_{fp32,dynamic_int8,int8}_buckets.tflite` with one signature per
+   length bucket (`keras_attn.export.length_buckets`);
 4. `model.onnx` and `model_dynamic_int8.onnx`; `saved_model/` (text in, labels or entity
    spans out); optionally `model_text.tflite`;
 5. side files `vocab.txt`, `labels.txt`, `model_card.json`, `golden_vectors.jsonl`;
@@ -34,6 +35,11 @@ from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.golden_vectors import model_card
 from keras_attn.export.golden_vectors import write_golden_vectors
 from keras_attn.export.golden_vectors import write_model_card
+from keras_attn.export.length_buckets import BUCKET_VARIANTS
+from keras_attn.export.length_buckets import LATENCY_EXAMPLES
+from keras_attn.export.length_buckets import bucket_latency
+from keras_attn.export.length_buckets import bucketed_file_name
+from keras_attn.export.length_buckets import buckets_markdown
 from keras_attn.export.mediapipe_export import self_describing_markdown
 from keras_attn.export.mediapipe_export import self_describing_tflite
 from keras_attn.export.onnx_export import OnnxRunner
@@ -42,6 +48,8 @@ from keras_attn.export.onnx_export import quantize_onnx_dynamic
 from keras_attn.export.serving_module import export_saved_model
 from keras_attn.export.serving_module import load_saved_model
 from keras_attn.export.text_tflite import export_text_tflite
+from keras_attn.export.tflite_export import BucketedTFLite
+from keras_attn.export.tflite_export import bucket_lengths
 from keras_attn.export.tflite_export import export_tflite
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.layers.crf import viterbi_decode
@@ -82,6 +90,10 @@ class ExportOptions:
         latency_runs: timed runs per latency measurement (after 5 warm-up runs).
         text_tflite: also write `model_text.tflite` (raw strings in, tf-text custom ops).
         golden_examples: data sentences in the golden vectors (plus the hard cases).
+        length_buckets: also write `model_<variant>_buckets.tflite` (one signature per
+            length: powers of two from `smallest_bucket`, and `sequence_length`) and time
+            them against the fixed files on real evaluation inputs.
+        smallest_bucket: the shortest bucket.
     """
 
     sequence_length: int = None
@@ -93,12 +105,15 @@ class ExportOptions:
     latency_runs: int = 50
     text_tflite: bool = True
     golden_examples: int = GOLDEN_DATA_EXAMPLES
+    length_buckets: bool = True
+    smallest_bucket: int = 16
 
     def check(self):
         for name in ("sequence_length", "max_eval_examples"):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         check_positive_int("latency_runs", self.latency_runs)
+        check_positive_int("smallest_bucket", self.smallest_bucket)
         check_int("golden_examples", self.golden_examples, low=0)
         if not isinstance(self.quantization, QuantizationRecipe):
             raise ValueError("`quantization` must be a QuantizationRecipe. "
@@ -302,7 +317,30 @@ class RunExporter:
             export_tflite(qat, self.output_dir, ["int8"], self.length,
                           representative_data=calibration)
         variants = TFLITE_FLOAT_VARIANTS + (("int8",) if qat is not None else ())
-        return {v: tflite_op_report(self.output_dir / f"model_{v}.tflite") for v in variants}
+        reports = {v: tflite_op_report(self.output_dir / f"model_{v}.tflite") for v in variants}
+        for variant in self._tflite_buckets(qat, calibration):
+            reports[f"{variant}_buckets"] = tflite_op_report(
+                self.output_dir / bucketed_file_name(variant))
+        return reports
+
+    def _bucket_variants(self, qat):
+        """The variants written with length buckets (none for one bucket)."""
+        self.bucket_lengths = bucket_lengths(self.length, self.options.smallest_bucket)
+        if not self.options.length_buckets or len(self.bucket_lengths) == 1:
+            return ()
+        return tuple(v for v in BUCKET_VARIANTS if v != "int8" or qat is not None)
+
+    def _tflite_buckets(self, qat, calibration):
+        """`model_<variant>_buckets.tflite` (`keras_attn.export.length_buckets`)."""
+        variants = self._bucket_variants(qat)
+        wanted = [v for v in variants if not (self.output_dir / bucketed_file_name(v)).is_file()]
+        for model, group in ((self.model, [v for v in wanted if v != "int8"]),
+                             (qat, [v for v in wanted if v == "int8"])):
+            if group:
+                self.log(f"TFLite {', '.join(group)} with length buckets {self.bucket_lengths}")
+                export_tflite(model, self.output_dir, group, self.length,
+                              representative_data=calibration, buckets=self.bucket_lengths)
+        return variants
 
     def _onnx(self):
 
@@ -335,15 +373,13 @@ class RunExporter:
     # --- measurements -------------------------------------------------------------------
 
     def _tflite_runner(self, path):
-        interpreter = Interpreter(model_path=str(path), num_threads=2)
-        runner = interpreter.get_signature_runner()
+        # Each example on the shortest length bucket that holds it (a fixed-length file has
+        # one: its length).
+        runner = BucketedTFLite(Interpreter(model_path=str(path), num_threads=2))
 
         def predict(x):
-            rows = []
-            for b in range(len(x["token_ids"])):
-                (logits,) = runner(**{k: v[b:b + 1] for k, v in x.items()}).values()
-                rows.append(np.asarray(logits, "float32")[0])
-            return np.stack(rows)
+            return np.stack([runner({k: v[b:b + 1] for k, v in x.items()})[0]
+                             for b in range(len(x["token_ids"]))])
 
         return predict
 
@@ -369,6 +405,29 @@ class RunExporter:
         x = self._latency_input()
         feed = runner.feed({k: v for k, v in x.items() if k in runner.input_names})
         return self._time(lambda: runner.session.run(runner.output_names, feed), threads)
+
+    def _length_buckets(self, variants):
+        """The report's `length_buckets` section: fixed vs bucketed latency, interleaved,
+        1 thread, over up to `LATENCY_EXAMPLES` evaluation examples sampled at random."""
+        if not variants:
+            return None
+        rng = np.random.default_rng(0)
+        count = min(LATENCY_EXAMPLES, len(self.examples))
+        sample = [self.examples[i] for i in sorted(rng.choice(len(self.examples), count,
+                                                              replace=False))]
+        inputs = [_fixed_length({k: v for k, v in self.task.collate([e])[0].items()
+                                 if k != "label_mask"}, self.length) for e in sample]
+        tokens = [int(x["padding_mask"].sum()) for x in inputs]
+        self.log(f"length buckets: latency over {count} evaluation examples, fixed vs "
+                 "bucketed, interleaved")
+        latency = {v: bucket_latency(self.output_dir / f"model_{v}.tflite",
+                                     self.output_dir / bucketed_file_name(v), inputs)
+                   for v in variants}
+        first = next(iter(latency.values()))
+        return {"lengths": list(self.bucket_lengths), "examples": count,
+                "tokens_p50": float(np.median(tokens)), "tokens_mean": float(np.mean(tokens)),
+                "bucket_counts": first["bucket_counts"], "num_threads": first["num_threads"],
+                "cpu": cpu_description(), "latency": latency}
 
     def _latency_input(self):
         example = max(self.examples, key=lambda e: len(e["token_ids"]))
@@ -464,6 +523,7 @@ class RunExporter:
                 row["non_int8_ops"] = op_reports[variant]["non_int8_ops"]
         self._model_card(rows)
         golden = self._golden_vectors()
+        length_buckets = self._length_buckets(self._bucket_variants(qat))
         # --- issue 23: metadata in every .tflite; MediaPipe files of a classifier ---------
 
         self_describing = self_describing_tflite(
@@ -477,6 +537,7 @@ class RunExporter:
             "artifacts": rows, "golden_vectors": golden,
             "model_text_tflite_error": text_error,
             "self_describing_tflite": self_describing,  # issue 23
+            "length_buckets": length_buckets,  # issue 24
             "machine": _machine(), "seconds": round(time.perf_counter() - started, 1),
             "quantization": qat and self.recipe.to_dict(),
             "options": {name: list(value) if isinstance(value, tuple) else value  # as JSON
@@ -518,6 +579,9 @@ class RunExporter:
             path = self.output_dir / f"model_{variant}.tflite"
             add(f"model_{variant}.tflite", path, self._tflite_runner(path),
                 lambda p=path: [self._tflite_latency(p, t) for t in threads])
+        for variant in self._bucket_variants(qat):  # latency: the length-bucket section
+            path = self.output_dir / bucketed_file_name(variant)
+            add(path.name, path, self._tflite_runner(path))
         for name in ("model.onnx", "model_dynamic_int8.onnx"):
             path = self.output_dir / name
             runner = OnnxRunner(str(path), threads=2)
@@ -608,6 +672,7 @@ def report_markdown(report):
             ops = ", ".join(f"{op} {count}" for op, count in row["ops"].items())
             lines.append(f"- `{row['artifact']}`: {ops}")
     lines += self_describing_markdown(report.get("self_describing_tflite"))  # issue 23
+    lines += buckets_markdown(report.get("length_buckets"))  # issue 24
     if report.get("model_text_tflite_error"):
         lines += ["", f"`model_text.tflite` was not written: {report['model_text_tflite_error']}"]
     lines.append("")

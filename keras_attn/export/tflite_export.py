@@ -10,6 +10,13 @@ quantization for `int8`, without it for the float variants and `int8_ptq`. The o
 float32 `logits` in every variant (the full-int8 models end with one DEQUANTIZE: apps get
 logits, not int8 codes and scales).
 
+**Length buckets.** With `buckets=(16, 32, ..., L)` the file (`{prefix}{variant}_buckets.tflite`)
+holds one signature per length: `serving_default` at the longest length `L` (so tools that
+read the default signature or the first subgraph, like MediaPipe, see the fixed-length model)
+and `tokens_{n}` for each shorter one. The converter stores a weight once when several
+signatures use the same constant, so the file is only a few percent larger than the fixed one;
+`BucketedTFLite` runs each input on the shortest signature that holds its tokens.
+
 The converter leaks memory across conversions, so conversion runs in a subprocess
 (`keras_attn.export._convert_worker`), all requested variants in one.
 """
@@ -24,9 +31,12 @@ import time
 from collections import Counter
 
 import numpy as np
+from ai_edge_litert.interpreter import Interpreter
+from tensorflow.lite.python import schema_py_generated as schema
 
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.quantization.qat_bert import QatBert
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +46,46 @@ INPUT_NAMES = ("token_ids", "segment_ids", "padding_mask")
 # `int8_ptq`: bounded (an additive -1e9 would set the int8 scale of the scores).
 PTQ_MASKED_SCORE = -20.0
 _INTEGER_TYPES = ("INT8", "INT32", "BOOL", "INT64", "INT16")
+DEFAULT_SIGNATURE = "serving_default"
+# Shorter buckets' signatures: "tokens_16"... They sort after "serving_default", and the
+# converter orders subgraphs by signature name, so the default stays subgraph 0.
+BUCKET_SIGNATURE_PREFIX = "tokens_"
+BUCKETS_FILE_SUFFIX = "_buckets"
+SMALLEST_BUCKET = 16
 
 
 class TFLiteExportError(RuntimeError):
     """A conversion failed or produced an artifact that breaks its contract."""
 
 
+def bucket_lengths(sequence_length, smallest=SMALLEST_BUCKET):
+    """The lengths of a bucketed model: powers of two from `smallest` below
+    `sequence_length`, then `sequence_length` itself.
+
+    Example:
+    >>> bucket_lengths(128), bucket_lengths(48), bucket_lengths(16)
+    ((16, 32, 64, 128), (16, 32, 48), (16,))
+    """
+    lengths, length = [], smallest
+    while length < sequence_length:
+        lengths.append(length)
+        length *= 2
+    return tuple(lengths) + (sequence_length,)
+
+
+def bucket_signature(length, sequence_length):
+    """The signature key of the bucket of `length` in a model of `sequence_length`.
+
+    Example:
+    >>> bucket_signature(32, 128), bucket_signature(128, 128)
+    ('tokens_32', 'serving_default')
+    """
+    return DEFAULT_SIGNATURE if length == sequence_length else \
+        f"{BUCKET_SIGNATURE_PREFIX}{length}"
+
+
 def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=128,
-                  representative_data=None, file_prefix="model_"):
+                  representative_data=None, file_prefix="model_", buckets=None):
     """Converts a BERT task model to TFLite artifacts, in a subprocess.
 
     Args:
@@ -59,6 +101,9 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
             calibrates with it only the few tensors without a fake quant (the products
             `centered * inverse_std * gamma` inside each LayerNorm).
         file_prefix: str, file name prefix.
+        buckets: `None` (one signature of length `L`), or increasing lengths ending with
+            `L` (e.g. `bucket_lengths(L)`): one signature each, in files named
+            `{file_prefix}{variant}_buckets.tflite`.
 
     Returns:
         Dict variant -> `{"path", "size_bytes", "ops", "non_int8_ops"}` (see
@@ -68,8 +113,28 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
         ValueError: bad arguments (named). TFLiteExportError: the conversion failed, or a
         Flex/custom op appeared.
     """
-    from keras_attn.quantization.qat_bert import QatBert
+    variants = _check_variants(variants)
+    _check_buckets(buckets, sequence_length)
+    qat = _graph_model(model, variants)
+    _check_sequence_length(sequence_length, qat.max_sequence_length)
+    examples = None
+    needs_data = [v for v in variants if v in ("int8", "int8_ptq")]
+    if needs_data:
+        examples = _single_examples(representative_data, sequence_length, needs_data)
+    suffix = BUCKETS_FILE_SUFFIX if buckets is not None else ""
+    outputs = {v: os.path.join(os.path.abspath(output_dir), f"{file_prefix}{v}{suffix}.tflite")
+               for v in variants}
+    os.makedirs(output_dir, exist_ok=True)
+    _convert_in_subprocess(qat, examples, outputs, tuple(buckets or (sequence_length,)))
+    results = {}
+    for variant, path in outputs.items():
+        report = tflite_op_report(path)
+        check_builtins_only(report, path)
+        results[variant] = {"path": path, "size_bytes": os.path.getsize(path), **report}
+    return results
 
+
+def _check_variants(variants):
     variants = tuple(variants)
     unknown = [v for v in variants if v not in TFLITE_VARIANTS]
     if unknown or not variants:
@@ -77,6 +142,11 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
             f"`variants` must be a non-empty subset of {TFLITE_VARIANTS}. "
             f"Received: variants={variants!r}"
         )
+    return variants
+
+
+def _graph_model(model, variants):
+    """The `QatBert` whose graph is converted, checked for the variants asked."""
     if isinstance(model, (BertClassifier, BertTokenClassifier)):
         if "int8" in variants:
             raise ValueError(
@@ -84,40 +154,54 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
                 "`QatBert.from_float(model)` after QAT or `calibrate`, or ask for "
                 "`int8_ptq`. Received: model=" + type(model).__name__
             )
-        qat = QatBert.from_float(model, quantize=False)
-    elif isinstance(model, QatBert):
-        qat = model
-    else:
+        return QatBert.from_float(model, quantize=False)
+    if not isinstance(model, QatBert):
         raise ValueError(
             "`model` must be a QatBert, BertClassifier or BertTokenClassifier. "
             f"Received: model={type(model).__name__}"
         )
-    if (isinstance(sequence_length, bool) or not isinstance(sequence_length, int)
-            or sequence_length < 1 or sequence_length > qat.max_sequence_length):
-        raise ValueError(
-            f"`sequence_length` must be an int in [1, max_sequence_length="
-            f"{qat.max_sequence_length}] (the size of the position table). "
-            f"Received: sequence_length={sequence_length!r}"
-        )
     if "int8" in variants:
-        if not qat.quantize:
+        if not model.quantize:
             raise ValueError(
                 "The `int8` variant needs fake quantization on: pass a QatBert with "
                 "quantize=True. Received: quantize=False"
             )
-        missing = qat.uncalibrated_quantizers()
+        missing = model.uncalibrated_quantizers()
         if missing:
             raise ValueError(
                 "The `int8` variant needs trained or calibrated activation ranges; "
                 f"{len(missing)} quantizers have none (first: {missing[0]}). Train the "
                 "QatBert or call `model.calibrate(batches)` first."
             )
-    examples = None
-    needs_data = [v for v in variants if v in ("int8", "int8_ptq")]
-    if needs_data:
-        examples = _single_examples(representative_data, sequence_length, needs_data)
+    return model
 
-    os.makedirs(output_dir, exist_ok=True)
+
+def _check_sequence_length(sequence_length, max_sequence_length):
+    if (isinstance(sequence_length, bool) or not isinstance(sequence_length, int)
+            or sequence_length < 1 or sequence_length > max_sequence_length):
+        raise ValueError(
+            f"`sequence_length` must be an int in [1, max_sequence_length="
+            f"{max_sequence_length}] (the size of the position table). "
+            f"Received: sequence_length={sequence_length!r}"
+        )
+
+
+def _check_buckets(buckets, sequence_length):
+    if buckets is None:
+        return
+    lengths = list(buckets)
+    if (not lengths or any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+                           for n in lengths)
+            or lengths != sorted(set(lengths)) or lengths[-1] != sequence_length):
+        raise ValueError(
+            "`buckets` must be increasing positive ints ending with the sequence length "
+            f"{sequence_length} (e.g. bucket_lengths({sequence_length}) = "
+            f"{bucket_lengths(sequence_length)}). Received: buckets={buckets!r}"
+        )
+
+
+def _convert_in_subprocess(qat, examples, outputs, lengths):
+    """Saves `qat` (and the examples) and runs `_convert_worker` on them."""
     with tempfile.TemporaryDirectory(prefix="keras_attn_tflite_") as work:
         model_path = os.path.join(work, "model.keras")
         qat.save(model_path)
@@ -125,15 +209,9 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
         if examples is not None:
             data_path = os.path.join(work, "representative.npz")
             np.savez(data_path, **examples)
-        job = {
-            "model_path": model_path, "data_path": data_path, "work_dir": work,
-            "sequence_length": sequence_length, "variants": list(variants),
-            "outputs": {
-                v: os.path.join(os.path.abspath(output_dir), f"{file_prefix}{v}.tflite")
-                for v in variants
-            },
-            "ptq_masked_score": PTQ_MASKED_SCORE,
-        }
+        job = {"model_path": model_path, "data_path": data_path, "work_dir": work,
+               "lengths": list(lengths), "variants": list(outputs), "outputs": outputs,
+               "ptq_masked_score": PTQ_MASKED_SCORE}
         job_path = os.path.join(work, "job.json")
         with open(job_path, "w") as f:
             json.dump(job, f)
@@ -144,17 +222,11 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
         )
         if process.returncode != 0:
             raise TFLiteExportError(
-                f"TFLite conversion of {list(variants)} failed (worker exit code "
+                f"TFLite conversion of {list(outputs)} failed (worker exit code "
                 f"{process.returncode}):\n" + _tail(process.stderr)
             )
-        logger.info("Converted %s in %.1f s", list(variants), time.perf_counter() - started)
-    results = {}
-    for variant in variants:
-        path = job["outputs"][variant]
-        report = tflite_op_report(path)
-        check_builtins_only(report, path)
-        results[variant] = {"path": path, "size_bytes": os.path.getsize(path), **report}
-    return results
+        logger.info("Converted %s (lengths %s) in %.1f s", list(outputs), list(lengths),
+                    time.perf_counter() - started)
 
 
 def _tail(text, lines=30):
@@ -207,8 +279,6 @@ def tflite_op_report(model):
         model: every op that does not run in integer arithmetic), `input_types` and
         `output_types` of the signature tensors, `input_shapes`.
     """
-    from tensorflow.lite.python import schema_py_generated as schema
-
     if isinstance(model, (str, os.PathLike)):
         with open(model, "rb") as f:
             model = f.read()
@@ -264,22 +334,89 @@ def check_builtins_only(report, path):
 
 
 def _interpreter(path, num_threads):
-    from ai_edge_litert.interpreter import Interpreter
-
     interpreter = Interpreter(model_path=str(path), num_threads=num_threads)
     interpreter.allocate_tensors()
     return interpreter
 
 
+def default_signature_runner(interpreter):
+    """The runner of `serving_default` (the full-length signature of a bucketed file), or
+    of the only signature."""
+    keys = list(interpreter.get_signature_list())
+    return interpreter.get_signature_runner(DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in keys
+                                            else None)
+
+
 def _input_index(interpreter):
-    """Signature input name -> tensor index."""
-    runner = interpreter.get_signature_runner()
-    details = runner.get_input_details()
+    """Default signature's input name -> tensor index."""
+    details = default_signature_runner(interpreter).get_input_details()
     return {name: details[name]["index"] for name in INPUT_NAMES}
 
 
+class BucketedTFLite:
+    """Runs a batch-1 token-id TFLite model on the shortest of its signatures that holds an
+    input's real tokens (a fixed-length file has one signature: it always runs that one).
+
+    The input is cut to the bucket's length `n`: positions `n..L-1` are padding, which the
+    attention mask hides, so the outputs of the real tokens are those of the `L` signature
+    up to float rounding.
+
+    Args:
+        interpreter: a LiteRT `Interpreter` (or `InterpreterWithCustomOps`) of the model.
+
+    Call arguments:
+        inputs: dict of `(1, L)` int arrays of the default signature's length `L`, the real
+            tokens first (`padding_mask` is 1 on them, 0 after).
+
+    Returns:
+        float32 logits, `(1, C)`, or `(1, L, C)` for a tagger (zeros after the bucket).
+
+    Example (with a file written by `export_tflite(..., buckets=bucket_lengths(128))`):
+
+        model = BucketedTFLite(Interpreter(model_path="model_int8_buckets.tflite"))
+        model.lengths        # (16, 32, 64, 128)
+        logits = model(x)    # x: (1, 128) inputs of 20 real tokens -> runs `tokens_32`
+    """
+
+    def __init__(self, interpreter):
+        self.runners, default = {}, None
+        for key in interpreter.get_signature_list():
+            runner = interpreter.get_signature_runner(key)
+            details = runner.get_input_details()
+            if "token_ids" not in details:
+                raise ValueError(f"signature {key!r} has inputs {sorted(details)}, not the "
+                                 f"token-id inputs {list(INPUT_NAMES)}")
+            length = int(details["token_ids"]["shape"][1])
+            self.runners[length] = (runner, tuple(details))
+            if key == DEFAULT_SIGNATURE:
+                default = length
+        self.lengths = tuple(sorted(self.runners))
+        self.sequence_length = default or self.lengths[-1]
+
+    def bucket(self, num_tokens):
+        """The shortest length that holds `num_tokens` tokens."""
+        for length in self.lengths:
+            if length >= num_tokens:
+                return length
+        raise ValueError(f"{num_tokens} tokens do not fit the model's longest signature "
+                         f"({self.lengths[-1]}): truncate to {self.lengths[-1]} tokens")
+
+    def __call__(self, inputs):
+        mask = np.asarray(inputs["padding_mask"])
+        real = np.flatnonzero(mask[0])
+        length = self.bucket(int(real[-1]) + 1 if real.size else 1)
+        runner, names = self.runners[length]
+        (logits,) = runner(**{name: np.asarray(inputs[name])[:, :length].astype("int32")
+                              for name in names}).values()
+        logits = np.asarray(logits, "float32")
+        if logits.ndim == 3 and length < self.sequence_length:  # (1, n, C) -> (1, L, C)
+            logits = np.pad(logits, ((0, 0), (0, self.sequence_length - length), (0, 0)))
+        return logits
+
+
 def run_tflite(path, inputs, num_threads=1):
-    """Logits of a `.tflite` artifact for a batch, one example at a time (batch-1 model).
+    """Logits of a `.tflite` artifact for a batch, one example at a time (batch-1 model), each
+    on the shortest signature that holds its tokens (`BucketedTFLite`).
 
     Args:
         path: the `.tflite` file.
@@ -288,16 +425,10 @@ def run_tflite(path, inputs, num_threads=1):
     Returns:
         float32 array `(B, ...)` of logits.
     """
-    interpreter = _interpreter(path, num_threads)
-    runner = interpreter.get_signature_runner()
+    model = BucketedTFLite(_interpreter(path, num_threads))
     batch = np.asarray(inputs["token_ids"]).shape[0]
-    outputs = []
-    for b in range(batch):
-        result = runner(**{name: np.asarray(inputs[name][b:b + 1]).astype("int32")
-                           for name in INPUT_NAMES})
-        (logits,) = result.values()  # the one output
-        outputs.append(np.asarray(logits, "float32")[0])
-    return np.stack(outputs)
+    return np.stack([model({name: np.asarray(inputs[name])[b:b + 1] for name in INPUT_NAMES})[0]
+                     for b in range(batch)])
 
 
 def benchmark_tflite(path, num_threads=1, runs=50, warmup=5, sequence_length=None,

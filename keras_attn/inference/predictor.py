@@ -10,7 +10,9 @@ entities out.
   (labels and task from its `metadata` signature);
 - `model_<variant>.tflite` with token-id inputs: LiteRT, one text at a time (`vocab.txt`,
   `model_card.json`, or without them the copies embedded in the file's TFLite metadata,
-  `keras_attn.export.tflite_metadata`);
+  `keras_attn.export.tflite_metadata`); a file with length buckets
+  (`model_<variant>_buckets.tflite`) runs each text on the shortest signature that holds
+  its tokens (`keras_attn.export.tflite_export.BucketedTFLite`);
 - `model_text.tflite` (text input): LiteRT with the tf-text custom ops (`model_card.json`);
 - `model.onnx`, `model_dynamic_int8.onnx`: onnxruntime (`vocab.txt`, `model_card.json`).
 
@@ -44,6 +46,8 @@ from keras_attn.export.onnx_export import OnnxRunner
 from keras_attn.export.serving_module import load_saved_model
 from keras_attn.export.text_tflite import decode_text_entities
 from keras_attn.export.text_tflite import text_interpreter
+from keras_attn.export.tflite_export import BucketedTFLite
+from keras_attn.export.tflite_export import default_signature_runner
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import settings_from_tflite
 from keras_attn.layers.crf import viterbi_decode
@@ -383,7 +387,7 @@ def _load_tflite(path, num_threads):
     except (ValueError, RuntimeError) as error:
         raise PredictorError(f"{path}: LiteRT cannot load it ({str(error).splitlines()[0]})") \
             from None
-    runner = interpreter.get_signature_runner()
+    runner = default_signature_runner(interpreter)
     inputs = runner.get_input_details()
     embedded = _embedded_settings(path)
     card, labels = _read_card(path) if embedded is None else (embedded.card,
@@ -403,11 +407,12 @@ def _load_tflite(path, num_threads):
     (output,) = runner.get_output_details().values()
     _check_outputs(path, list(output["shape"]), card, labels)
 
+    buckets = BucketedTFLite(interpreter)
+
     def run_logits(x):
-        rows = []
-        for b in range(len(x["token_ids"])):  # a batch-1 model: one text at a time
-            (logits,) = runner(**{k: v[b:b + 1] for k, v in x.items()}).values()
-            rows.append(np.asarray(logits, "float32")[0])
+        # A batch-1 model: one text at a time, on the shortest bucket that holds it.
+        rows = [buckets({k: v[b:b + 1] for k, v in x.items()})[0]
+                for b in range(len(x["token_ids"]))]
         return np.stack(rows) if rows else np.zeros((0,) + tuple(output["shape"][1:]), "float32")
 
     return IdsPredictor(path, "tflite", run_logits, card, tokenizer, labels)

@@ -2,7 +2,9 @@ package dev.kerasattn.demo
 
 import android.content.res.AssetManager
 import dev.kerasattn.core.AssetException
+import dev.kerasattn.core.Bucket
 import dev.kerasattn.core.Entities
+import dev.kerasattn.core.LengthBuckets
 import dev.kerasattn.core.ModelAssets
 import dev.kerasattn.core.ModelCard
 import dev.kerasattn.core.ModelFile
@@ -40,6 +42,10 @@ data class Tagging(val entities: Entities, val numTruncatedWords: Int, val laten
  * ([ModelFile]: the TFLite metadata's associated files), or from `model_card.json`,
  * `vocab.txt` and `labels.txt` beside it for exports without metadata.
  *
+ * A file with length buckets (`model_<variant>_buckets.tflite`: one signature per length)
+ * runs each text on the shortest signature that holds its tokens ([LengthBuckets]); a
+ * fixed-length file has one signature, which every text runs on.
+ *
  * Not thread-safe: the activity calls it from its single inference thread only.
  *
  * @param assets the app's assets.
@@ -53,7 +59,7 @@ class ModelSlot(assets: AssetManager, val folder: String, val threads: Int) : Au
     private val tables = TextTables.load()
     private val tokenizer: WordPieceTokenizer
     private val interpreter: Interpreter
-    private val signature: String
+    private val buckets: LengthBuckets
     private val outputName: String
 
     init {
@@ -80,24 +86,26 @@ class ModelSlot(assets: AssetManager, val folder: String, val threads: Int) : Au
         }
         val options = Interpreter.Options().setNumThreads(threads).setUseXNNPACK(true)
         interpreter = Interpreter(model, options)
-        val keys = interpreter.signatureKeys
-        if (keys.size != 1) {
-            interpreter.close()
-            throw AssetException("$folder/model.tflite has ${keys.size} signatures (${keys.toList()}), " +
-                "a keras-attn export has one")
-        }
-        signature = keys[0]
-        val inputShapes = interpreter.getSignatureInputs(signature).associateWith {
-            interpreter.getInputTensorFromSignature(it, signature).shape()
-        }
-        val outputs = interpreter.getSignatureOutputs(signature)
-        outputName = outputs.firstOrNull { it == "logits" } ?: outputs.first()
         try {
+            // One signature (a fixed-length file) or one per length bucket; the longest
+            // (`serving_default`) is checked against the card.
+            buckets = LengthBuckets(interpreter.signatureKeys.associate {
+                it to interpreter.getInputTensorFromSignature("token_ids", it).shape()[1]
+            })
+            val signature = buckets.longest.signature
+            val inputShapes = interpreter.getSignatureInputs(signature).associateWith {
+                interpreter.getInputTensorFromSignature(it, signature).shape()
+            }
+            val outputs = interpreter.getSignatureOutputs(signature)
+            outputName = outputs.firstOrNull { it == "logits" } ?: outputs.first()
             card.checkModelShapes(inputShapes, interpreter.getOutputTensorFromSignature(outputName, signature).shape(),
                 "$folder/model.tflite")
         } catch (e: AssetException) {
             interpreter.close()
             throw e
+        } catch (e: IllegalArgumentException) {  // a signature without token_ids
+            interpreter.close()
+            throw AssetException("$folder/model.tflite: ${e.message}")
         }
     }
 
@@ -107,7 +115,7 @@ class ModelSlot(assets: AssetManager, val folder: String, val threads: Int) : Au
         val inputs = tokenizer.encode(text, card.sequenceLength)
         val t1 = System.nanoTime()
         val logits = Array(1) { FloatArray(card.labels.size) }
-        run(inputs.tokenIds, inputs.segmentIds, inputs.paddingMask, logits)
+        run(inputs.tokenIds, inputs.segmentIds, inputs.paddingMask, buckets.pick(inputs.length), logits)
         val t2 = System.nanoTime()
         val scores = Scores.toDoubles(logits[0])
         val probabilities = Scores.softmax(scores)
@@ -123,8 +131,9 @@ class ModelSlot(assets: AssetManager, val folder: String, val threads: Int) : Au
         val t0 = System.nanoTime()
         val prepared = Ner.prepare(text, tokenizer, tables, card.stripAccents, card.sequenceLength)
         val t1 = System.nanoTime()
-        val logits = Array(1) { Array(card.sequenceLength) { FloatArray(card.labels.size) } }
-        run(prepared.inputs.tokenIds, prepared.inputs.segmentIds, prepared.inputs.paddingMask, logits)
+        val bucket = buckets.pick(prepared.inputs.length)
+        val logits = Array(1) { Array(bucket.length) { FloatArray(card.labels.size) } }
+        run(prepared.inputs.tokenIds, prepared.inputs.segmentIds, prepared.inputs.paddingMask, bucket, logits)
         val t2 = System.nanoTime()
         val scores = Array(prepared.inputs.length) { Scores.toDoubles(logits[0][it]) }
         val entities = Ner.decode(prepared, scores, card.labels, card.crf, text)
@@ -132,11 +141,15 @@ class ModelSlot(assets: AssetManager, val folder: String, val threads: Int) : Au
         return Tagging(entities, prepared.numTruncatedWords, Latency(ms(t0, t1), ms(t1, t2), ms(t2, t3), threads))
     }
 
-    private fun run(tokenIds: IntArray, segmentIds: IntArray, paddingMask: IntArray, output: Any) {
+    /** Runs the inputs, cut to `bucket`'s length (only padding is cut), on its signature. */
+    private fun run(tokenIds: IntArray, segmentIds: IntArray, paddingMask: IntArray, bucket: Bucket, output: Any) {
         val byName = mapOf("token_ids" to tokenIds, "segment_ids" to segmentIds, "padding_mask" to paddingMask)
         val inputs = HashMap<String, Any>()
-        for (name in card.inputNames) inputs[name] = arrayOf(byName[name] ?: throw AssetException("unknown input $name"))
-        interpreter.runSignature(inputs, mapOf(outputName to output), signature)
+        for (name in card.inputNames) {
+            val ids = byName[name] ?: throw AssetException("unknown input $name")
+            inputs[name] = arrayOf(LengthBuckets.cut(ids, bucket.length))
+        }
+        interpreter.runSignature(inputs, mapOf(outputName to output), bucket.signature)
     }
 
     override fun close() = interpreter.close()
