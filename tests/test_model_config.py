@@ -67,3 +67,24 @@ def test_task_model_round_trip_keeps_the_outputs_after_set_weights():
 def test_an_argument_not_stored_is_named():
     with pytest.raises(AttributeError, match=r"takes `units` but does not store it"):
         _Forgetful(2).get_config()
+
+
+@keras.saving.register_keras_serializable(package="test_model_config")
+class _Stored(ModelConfig, keras.Model):
+    def __init__(self, units, scale=2.0, **kwargs):
+        inputs = keras.Input((3,))
+        outputs = keras.layers.Dense(units)(inputs) * scale
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.store_arguments(locals())
+
+
+def test_store_arguments_sets_each_named_argument_from_locals():
+    model = _Stored(3, scale=0.25, name="stored")
+    assert (model.units, model.scale) == (3, 0.25)
+    assert _Stored.from_config(model.get_config()).get_config() == model.get_config()
+
+
+def test_store_arguments_names_a_missing_value():
+    model = _Stored(3)
+    with pytest.raises(KeyError, match=r"needs the value of `scale`.*Received: \['units'\]"):
+        model.store_arguments({"units": 3})

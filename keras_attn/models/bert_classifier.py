@@ -62,9 +62,7 @@ class BertClassifier(ModelConfig, keras.Model):
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
         # === Config ===
-        self.backbone = backbone
-        self.num_classes = num_classes
-        self.dropout = dropout
+        self.store_arguments(locals())
 
     @classmethod
     def from_preset(cls, name, num_classes, dropout=0.1, **backbone_overrides):

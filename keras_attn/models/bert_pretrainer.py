@@ -86,7 +86,7 @@ class BertPretrainer(ModelConfig, keras.Model):
         )
 
         # === Config ===
-        self.backbone = backbone
+        self.store_arguments(locals())
         self.masked_lm_head = masked_lm_head
         self.next_sentence_head = next_sentence_head
 

@@ -95,10 +95,7 @@ class BertTokenClassifier(ModelConfig, keras.Model):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
 
         # === Config ===
-        self.backbone = backbone
-        self.num_labels = num_labels
-        self.dropout = dropout
-        self.use_crf = use_crf
+        self.store_arguments(locals())
         self.crf = crf
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

@@ -156,16 +156,7 @@ class GPTBackbone(ModelConfig, keras.Model):
         )
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self.dropout = dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.layer_position_embeddings = layer_position_embeddings
+        self.store_arguments(locals())
 
     @property
     def token_embedding(self):

@@ -1,8 +1,9 @@
 """`ModelConfig`: the `get_config` / `from_config` of every keras-attn model.
 
 Our models rebuild their whole graph in `__init__` from the constructor arguments, each
-stored under its own name (`self.num_layers = num_layers`), so the config is those
-arguments and nothing else: the constructor's signature declares it once.
+stored under its own name (`self.store_arguments(locals())` sets `self.num_layers` to
+`num_layers`, and so on), so the config is those arguments and nothing else: the
+constructor's signature declares it once.
 
     get_config()  = {name, trainable, dtype} + {argument: self.argument for each
                     named parameter of __init__}   (Keras objects serialized)
@@ -22,7 +23,8 @@ class ModelConfig:
     """Mixin giving a model whose `__init__` stores every named argument under the same
     attribute name a `get_config` / `from_config` pair that round-trips.
 
-    Put it first among the bases: `class BertBackbone(ModelConfig, keras.Model)`.
+    Put it first among the bases: `class BertBackbone(ModelConfig, keras.Model)`, and end
+    `__init__` with `self.store_arguments(locals())` (or assign each argument by hand).
     Arguments holding a Keras object (a backbone, a wrapped LM) are serialized with
     `keras.saving.serialize_keras_object` and rebuilt by `from_config`; the `dtype`
     given to the constructor (`"mixed_bfloat16"`) becomes the model's dtype policy and
@@ -35,8 +37,7 @@ class ModelConfig:
     ...         inputs = keras.Input((3,))
     ...         dense = keras.layers.Dense(units, use_bias=use_bias)
     ...         super().__init__(inputs=inputs, outputs=dense(inputs), **kwargs)
-    ...         self.units = units
-    ...         self.use_bias = use_bias
+    ...         self.store_arguments(locals())
     >>> config = Affine(2, use_bias=False, name="affine").get_config()
     >>> sorted(config)
     ['dtype', 'name', 'trainable', 'units', 'use_bias']
@@ -61,6 +62,21 @@ class ModelConfig:
             if p.name != "self" and p.name not in _BASE_KEYS
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         )
+
+    def store_arguments(self, arguments):
+        """Stores every config argument under its own name: `self.<argument> = value`.
+
+        Args:
+            arguments: dict, the constructor's `locals()` (after `super().__init__`), holding
+                each name of `config_arguments()`.
+        """
+        for argument in self.config_arguments():
+            if argument not in arguments:
+                raise KeyError(
+                    f"{type(self).__name__}.store_arguments needs the value of `{argument}` "
+                    f"(pass the constructor's locals()). Received: {sorted(arguments)}"
+                )
+            setattr(self, argument, arguments[argument])
 
     def get_config(self):
         config = {

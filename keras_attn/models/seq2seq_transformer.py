@@ -192,16 +192,7 @@ class Seq2SeqTransformer(ModelConfig, keras.Model):
         )
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.fused_qkv = fused_qkv
+        self.store_arguments(locals())
 
     # === Sublayers ===
 

@@ -208,18 +208,7 @@ class TransformerXLLM(ModelConfig, keras.Model):
         )
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.memory_length = memory_length
-        self.key_dim = key_dim
-        self.dropout = dropout
-        self.tie_embeddings = tie_embeddings
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.norm_first = norm_first
+        self.store_arguments(locals())
 
     @property
     def token_embedding(self):

@@ -164,16 +164,7 @@ class XLNetBackbone(ModelConfig, keras.Model):
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.two_stream = two_stream
-        self.memory_length = memory_length
+        self.store_arguments(locals())
 
     @property
     def token_embedding(self):

@@ -65,9 +65,7 @@ class XLNetClassifier(ModelConfig, keras.Model):
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
         # === Config ===
-        self.backbone = backbone
-        self.num_classes = num_classes
-        self.dropout = dropout
+        self.store_arguments(locals())
 
 
 def check_content_backbone(backbone, model_name):

@@ -53,6 +53,4 @@ class XLNetTokenClassifier(ModelConfig, keras.Model):
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
         # === Config ===
-        self.backbone = backbone
-        self.num_classes = num_classes
-        self.dropout = dropout
+        self.store_arguments(locals())

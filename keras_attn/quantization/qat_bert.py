@@ -171,26 +171,7 @@ class QatBert(ModelConfig, keras.Model):
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.num_outputs = num_outputs
-        self.head = head
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
-        self.dropout = dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.output_dropout = output_dropout
-        self.weight_quantization = weight_quantization
-        self.quantize = quantize
-        self.decay = decay
-        self.attention_mask_margin = attention_mask_margin
-        self.masked_score = masked_score
-        self.float_residual = float_residual
-        self.feedforward_float_channels = feedforward_float_channels
+        self.store_arguments(locals())
 
     # === Quantizers and calibration ===
 
