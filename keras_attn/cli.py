@@ -48,9 +48,6 @@ def _say(text=""):
 
 
 def _demo(args):
-    _say("keras-attn demo: fine-tune MiniLM-L6 on the embedded sample data (sentiment and "
-         "named entities), int8 quantization, export every artifact")
-    _say(f"  output: {args.output_dir}; re-running reuses finished steps")
     try:
         options = ExportOptions(quantization=QuantizationRecipe.from_arguments(args),
                                 latency_runs=args.latency_runs, latency_threads=(1,))
@@ -544,7 +541,6 @@ def _positive_int(text):
 
 
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
     return args.handler(args)
 

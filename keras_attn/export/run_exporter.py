@@ -415,8 +415,8 @@ class RunExporter:
         count = min(LATENCY_EXAMPLES, len(self.examples))
         sample = [self.examples[i] for i in sorted(rng.choice(len(self.examples), count,
                                                               replace=False))]
-        inputs = [_fixed_length({k: v for k, v in self.task.collate([e])[0].items()
-                                 if k != "label_mask"}, self.length) for e in sample]
+        inputs = [model_inputs_at_length(self.task.collate([e])[0], self.length)
+                  for e in sample]
         tokens = [int(x["padding_mask"].sum()) for x in inputs]
         self.log(f"length buckets: latency over {count} evaluation examples, fixed vs "
                  "bucketed, interleaved")

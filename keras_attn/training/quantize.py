@@ -11,9 +11,8 @@ directory like any other (`docs/pipeline.md`); its `lineage.json` names the floa
 recipe. Running it again reuses a finished output made with the same recipe.
 """
 
-import numpy as np
-
 from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.text.batching import model_inputs_at_length
 from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.quantization_recipe import QuantizationRecipe
@@ -108,7 +107,8 @@ def _calibrate(source, output, config, recipe, sequence_length, log, task):
     if task is None:
         task = make_task(config, source.path, log, write_files=False)
         task.prepare()
-    batches = [_padded(x, length) for x in task.input_batches(recipe.calibration_examples)]
+    batches = [model_inputs_at_length(x, length)
+               for x in task.input_batches(recipe.calibration_examples)]
     qat = QatBert.from_float(source.load_model(), **recipe.layout())
     qat.calibrate(batches)
     count = min(recipe.calibration_examples, len(task.train_examples))
@@ -129,8 +129,3 @@ def _fine_tune(source, output, config, recipe, sequence_length, log):
     train(qat_config, log=lambda message: log("  " + message),
           quantization=recipe)
 
-
-def _padded(x, length):
-    """A calibration batch without `label_mask`, padded with zeros to `(B, length)`."""
-    return {name: np.pad(np.asarray(value, "int32"), ((0, 0), (0, length - np.shape(value)[1])))
-            for name, value in x.items() if name != "label_mask"}
