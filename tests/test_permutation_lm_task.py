@@ -63,6 +63,31 @@ def test_bad_mask_rate_names_the_key(tmp_path):
         task.prepare()
 
 
+@pytest.mark.parametrize("span", [1, 4])
+def test_span_length_groups_the_predicted_positions_in_spans(tmp_path, span):
+    train_file = write(tmp_path / "train.txt", [" ".join(WORDS * 2)] * 8)
+    config = lm_config(tmp_path, train_file, mask_rate=0.25, span_length=span)
+    task = PermutationLMTask(config, tmp_path / "plm")
+    task.prepare()
+    x, labels, weights = task.collate(task.train_examples[:4])
+    length = x["token_ids"].shape[1]
+    assert length == 16 and labels.shape == (4, 4) and weights.min() == 1.0
+    targets = x["target_mapping"].argmax(-1)  # (B, P) positions of the targets, in order
+    for row in targets:  # the P = 4 targets, in order
+        if span == 4:  # one whole span of 4 consecutive positions, left to right
+            assert row[0] % 4 == 0 and list(row) == list(range(row[0], row[0] + 4))
+    spans = [sorted(set(row // 4)) for row in targets]
+    if span == 1:  # token-level orders scatter the targets over several spans
+        assert any(len(s) > 1 for s in spans)
+    np.testing.assert_array_equal(labels, np.take_along_axis(x["token_ids"], targets, 1))
+
+
+def test_span_length_is_checked_by_the_config(tmp_path):
+    train_file = write(tmp_path / "train.txt", ["alpha beta"])
+    with pytest.raises(ConfigError, match="span_length"):
+        lm_config(tmp_path, train_file, span_length=0)
+
+
 @pytest.mark.slow
 def test_classification_and_ner_fine_tune_a_permutation_lm_encoder(tmp_path):
     train_file = write(tmp_path / "train.tsv", ["sentence\tlabel"] + sentiment_rows(96, 0))

@@ -95,6 +95,9 @@ class DataSection(_Section):
                                help="mlm: share of tokens selected for prediction; "
                                     "permutation_lm: predicted share 1/K of each order")
     next_sentence_prediction: bool = setting(False, help="mlm: add the NSP head and pairs")
+    span_length: int = setting(1, minimum=1,
+                               help="permutation_lm: positions per span of the factorization "
+                                    "order (span-grouped orders; 1: token by token)")
     eval_memory_length: int | None = setting(None, minimum=0,
                                              help="transformer_xl_lm: memory when evaluating; "
                                                   "defaults to the training memory")

@@ -22,12 +22,12 @@ class PermutationLMTask(CausalLMTask):
     Text as `causal_lm`: non-blank lines, WordPiece-tokenized (vocabulary learned from
     `data.train` or `model.vocabulary`), each followed by `[SEP]`, packed into blocks of
     `data.max_length` tokens. Every batch draws one factorization order per block
-    (`permutation_lm_inputs`, span-grouped with `data.span_length`, default 1) and predicts
-    its last `P = ceil(data.mask_rate * T)` positions (partial prediction, `mask_rate =
-    1/K`; the paper's K = 6 or 7 is 0.15-0.17). Each block's order is seeded with `train.seed`
-    and its index, so a resumed run sees the same orders, and the dev evaluation after
-    every epoch the same orders whatever the batching. No memory across blocks; orders
-    are not span-grouped here (`permutation_lm_inputs(span_length=...)` is).
+    (`permutation_lm_inputs`; with `data.span_length` S > 1 over spans of S consecutive
+    positions, the span-grouped variant) and predicts its last `P = ceil(data.mask_rate *
+    T)` positions (partial prediction, `mask_rate = 1/K`; the paper's K = 6 or 7 is
+    0.15-0.17). Each block's order is seeded with `train.seed` and its index, so a resumed
+    run sees the same orders, and the dev evaluation after every epoch the same orders
+    whatever the batching. No memory across blocks.
 
     The model is `XLNetLM` on a two-stream `XLNetBackbone.from_preset(model.preset)` with
     the tokenizer's vocabulary size and `model.dropout`, then `model.overrides`. Its
@@ -71,10 +71,13 @@ class PermutationLMTask(CausalLMTask):
         token_ids = pad_stack([e["token_ids"] for e in examples], length, 0)  # (B, T)
         real = (np.arange(length)[None] < np.array(self.lengths(examples))[:, None])
         num_predict = max(1, math.ceil(self.config.data.mask_rate * length))
+        span = self.config.data.span_length
         noise = np.stack([  # one order per block, seeded by its index
-            np.random.default_rng([self.config.train.seed, int(e["index"])]).random(length)
-            for e in examples])  # (B, T)
+            np.random.default_rng([self.config.train.seed, int(e["index"])])
+            .random(-(-length // span))
+            for e in examples])  # (B, ceil(T / S))
         inputs, labels, weights = permutation_lm_inputs(
-            token_ids, num_predict, padding_mask=real.astype("int32"), order_noise=noise)
+            token_ids, num_predict, padding_mask=real.astype("int32"), span_length=span,
+            order_noise=noise)
         x = {k: ops.convert_to_numpy(v) for k, v in inputs.items()}
         return x, ops.convert_to_numpy(labels), ops.convert_to_numpy(weights)
