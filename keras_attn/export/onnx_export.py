@@ -27,6 +27,8 @@ import tf2onnx
 from onnx import helper
 from onnx import numpy_helper
 
+from keras_attn.layers.validation import check_int
+
 logger = logging.getLogger(__name__)
 
 # The opsets tf2onnx 1.17 can target at or above 17: 17 is the first with
@@ -463,11 +465,7 @@ class OnnxRunner:
     def __init__(self, path, threads=None):
         if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
             raise ValueError(f"`path` must be an existing ONNX file. Received: path={path!r}")
-        if threads is not None:
-            if isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0:
-                raise ValueError(
-                    f"`threads` must be a positive integer or None. Received: threads={threads!r}"
-                )
+        check_int("threads", threads, low=1, optional=True)
 
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -68,6 +68,7 @@ from tensorflow.core.framework import types_pb2
 from keras_attn.export.serving_module import load_saved_model
 from keras_attn.inference.request_batcher import QueueFullError
 from keras_attn.inference.request_batcher import RequestBatcher
+from keras_attn.layers.validation import check_positive_int
 
 DEFAULT_MAX_BATCH = 64
 DEFAULT_MAX_REQUEST_BYTES = 1_000_000
@@ -154,9 +155,8 @@ class RestApi:
 
     def __init__(self, saved_model_dir, model_name="model", max_batch=DEFAULT_MAX_BATCH,
                  max_text_chars=DEFAULT_MAX_TEXT_CHARS):
-        for name, value in (("max_batch", max_batch), ("max_text_chars", max_text_chars)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        check_positive_int("max_batch", max_batch)
+        check_positive_int("max_text_chars", max_text_chars)
         if not isinstance(model_name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", model_name):
             raise ValueError("`model_name` must be letters, digits, '_', '.' or '-' (it is part "
                              f"of the URL). Received: model_name={model_name!r}")
@@ -961,10 +961,7 @@ def make_server(api, host="127.0.0.1", port=8501, max_request_bytes=DEFAULT_MAX_
     Returns:
         An `HttpServer`.
     """
-    if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or \
-            max_request_bytes < 1:
-        raise ValueError("`max_request_bytes` must be a positive integer. "
-                         f"Received: max_request_bytes={max_request_bytes!r}")
+    check_positive_int("max_request_bytes", max_request_bytes)
     limits = dataclasses.replace(limits or ServerLimits(), max_request_bytes=max_request_bytes)
     return HttpServer(api, host, port, limits, log or (lambda line: None))
 

@@ -51,6 +51,7 @@ from keras_attn.export.tflite_export import default_signature_runner
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import settings_from_tflite
 from keras_attn.layers.crf import viterbi_decode
+from keras_attn.layers.validation import check_positive_int
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.tokenizer import WordPieceTokenizer
@@ -106,10 +107,7 @@ class Predictor(abc.ABC):
                     f"`texts` must be a list of str. Received: texts[{index}] of type "
                     f"{type(text).__name__}"
                 )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(
-                f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}"
-            )
+        check_positive_int("batch_size", batch_size)
         results = []
         for start in range(0, len(texts), batch_size):
             results.extend(self._predict(list(texts[start:start + batch_size])))

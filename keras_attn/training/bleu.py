@@ -16,6 +16,8 @@ numerator and denominator of every `p_n` (Lin & Och, 2004), as tensorflow/nmt's 
 import collections
 import math
 
+from keras_attn.layers.validation import check_positive_int
+
 BleuScore = collections.namedtuple(
     "BleuScore",
     ["bleu", "precisions", "brevity_penalty", "length_ratio", "hypothesis_length",
@@ -75,8 +77,7 @@ def corpus_bleu(references, hypotheses, max_order=4, smooth=False):
     >>> [round(p, 4) for p in score.precisions], round(score.brevity_penalty, 4)
     ([1.0, 0.6667], 0.6065)
     """
-    if isinstance(max_order, bool) or not isinstance(max_order, int) or max_order < 1:
-        raise ValueError(f"`max_order` must be an int >= 1. Received: max_order={max_order!r}")
+    check_positive_int("max_order", max_order)
     if len(references) != len(hypotheses):
         raise ValueError(
             "`references` and `hypotheses` must have one item per sentence. Received: "
