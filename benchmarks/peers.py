@@ -588,8 +588,8 @@ def export_contender(name, config, out_dir, calibration_examples=16):
                 for key in batches[0]}  # (N, 1, T)
         for variant in ("fp32", "dynamic_int8", "int8"):
             directory = _convert_worker._saved_model(
-                model, T, os.path.join(out_dir, f"{name}_{variant}_saved_model"))
-            content = _convert_worker._converter(variant, directory, rows).convert()
+                model, [T], os.path.join(out_dir, f"{name}_{variant}_saved_model"))
+            content = _convert_worker._converter(variant, directory, rows, [T]).convert()
             path = os.path.join(out_dir, f"{name}_{variant}.tflite")
             with open(path, "wb") as f:
                 f.write(content)
