@@ -323,9 +323,13 @@ class RunExporter:
                 self.output_dir / bucketed_file_name(variant))
         return reports
 
+    @property
+    def bucket_lengths(self):
+        """The signature lengths of the bucketed files, derived from the options."""
+        return bucket_lengths(self.length, self.options.smallest_bucket)
+
     def _bucket_variants(self, qat):
         """The variants written with length buckets (none for one bucket)."""
-        self.bucket_lengths = bucket_lengths(self.length, self.options.smallest_bucket)
         if not self.options.length_buckets or len(self.bucket_lengths) == 1:
             return ()
         return tuple(v for v in BUCKET_VARIANTS if v != "int8" or qat is not None)
