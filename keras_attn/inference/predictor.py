@@ -59,6 +59,7 @@ from keras_attn.training.run_directory import RunDirectory
 from keras_attn.training.run_directory import RunDirectoryError
 from keras_attn.training.run_directory import output_count
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+from keras_attn.training.task_registry import task_spec
 
 ID_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 TASKS = DEPLOYABLE_TASKS
@@ -196,7 +197,7 @@ def _load_run(run_dir, model_path):
         if task not in TASKS:
             raise PredictorError(
                 f"{run.path / 'config.json'}: task {task!r} has no predictor; `keras-attn "
-                "predict` takes classification and ner runs")
+                f"predict` takes {' and '.join(TASKS)} runs")
         tokenizer, labels = run.tokenizer(), run.labels()
     except RunDirectoryError as error:
         raise PredictorError(str(error)) from None
@@ -356,10 +357,9 @@ def _card_tokenizer(artifact, card):
 
 
 def _check_outputs(artifact, shape, card, labels):
-    """The artifact's logits must be `(B, C)` (classification) or `(B, L, C)` (NER) with one
-    score per label of the card."""
-    layout = "(batch, labels)" if card["task"] == "classification" else \
-        "(batch, sequence, labels)"
+    """The artifact's logits must have the card task's `TaskSpec.logits_layout` (`(B, C)`
+    for classification, `(B, L, C)` for NER) with one score per label of the card."""
+    layout = task_spec(card["task"]).logits_layout
     if len(shape) != layout.count(",") + 1 or shape[-1] != len(labels):
         raise PredictorError(
             f"{artifact} outputs logits of shape {list(shape)}, but its model_card.json "
