@@ -22,7 +22,7 @@ def plot_position_encoding(path, length=64, dim=128, max_wavelength=10000):
     Returns:
         The `(length, dim)` numpy array that was drawn.
     """
-    plt = _pyplot()
+    plt = pyplot()
     table = ops.convert_to_numpy(sinusoidal_table(length, dim, max_wavelength))
     fig, (full, zoom) = plt.subplots(
         1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 1]}
@@ -46,7 +46,7 @@ def plot_position_encoding(path, length=64, dim=128, max_wavelength=10000):
 
 def plot_attention(path, probabilities, query_tokens, key_tokens, title="attention"):
     """Writes one attention-probability matrix `(T, S)` as a labelled heatmap PNG."""
-    plt = _pyplot()
+    plt = pyplot()
     probabilities = np.asarray(probabilities)
     fig, ax = plt.subplots(figsize=(1.0 + 0.45 * len(key_tokens), 1.0 + 0.45 * len(query_tokens)))
     ax.imshow(probabilities, cmap="viridis", vmin=0.0, vmax=1.0)
@@ -91,7 +91,7 @@ def plot_attention_grid(path, maps, tokens, row_labels=None, column_labels=None,
     >>> plot_attention_grid(path, maps, ["[CLS]", "a", "b", "[SEP]"])["panels"]
     6
     """
-    plt = _pyplot()
+    plt = pyplot()
     maps = np.asarray(maps, dtype="float32")
     if maps.ndim != 4 or maps.shape[2] != maps.shape[3] or maps.shape[2] != len(tokens):
         raise ValueError(
@@ -161,7 +161,7 @@ def plot_position_embeddings(path, table, title="learned position embeddings"):
     Returns:
         The `(T, T)` cosine-similarity matrix that was drawn.
     """
-    plt = _pyplot()
+    plt = pyplot()
     table = np.asarray(table, dtype="float64")
     if table.ndim != 2:
         raise ValueError(f"`table` must be (positions, dim). Received: shape={table.shape}")
@@ -187,7 +187,23 @@ def plot_position_embeddings(path, table, title="learned position embeddings"):
     return similarity
 
 
-def _pyplot():
+def pyplot():
+    """`matplotlib.pyplot` on the non-interactive Agg backend (PNG files, no display).
+
+    The plotting functions here call it first; call it yourself to fail early, before
+    expensive work whose result is to be plotted.
+
+    Returns:
+        The `matplotlib.pyplot` module.
+
+    Raises:
+        ImportError: matplotlib is not installed; the message names the `docs` extra that
+            brings it (`pip install keras-attn[docs]`).
+
+    Example:
+    >>> pyplot().get_backend().lower()
+    'agg'
+    """
     try:
         # optional: matplotlib is only in the `docs` extra, needed for plotting alone
         import matplotlib
