@@ -51,6 +51,7 @@ from keras_attn.export.tflite_export import default_signature_runner
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import settings_from_tflite
 from keras_attn.layers.crf import viterbi_decode
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.label_vocabulary import LabelVocabulary
@@ -511,10 +512,7 @@ def load_predictor(path, num_threads=None):
     keras_attn.inference.predictor.PredictorError: nowhere/model.onnx does not exist...
     """
     path = pathlib.Path(path)
-    if num_threads is not None and (isinstance(num_threads, bool)
-                                    or not isinstance(num_threads, int) or num_threads < 1):
-        raise ValueError(f"`num_threads` must be a positive integer or None. "
-                         f"Received: num_threads={num_threads!r}")
+    check_int("num_threads", num_threads, low=1, optional=True)
     if not path.exists():
         raise PredictorError(
             f"{path} does not exist: give a run directory or its model.keras, an export "
