@@ -238,7 +238,6 @@ def _predict_inputs(args):
 
 
 def _predict(args):
-
     try:
         inputs = _predict_inputs(args)
         predictor = load_predictor(args.artifact, num_threads=args.threads)

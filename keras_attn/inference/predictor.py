@@ -149,7 +149,6 @@ def _ner_result(entities, words, num_truncated_words):
 
 
 def _python_ner_results(model, tokenizer, labels, texts):
-
     results = []
     for item in predict_entities(model, tokenizer, labels, texts, batch_size=len(texts) or 1):
         words = [(w, s, e, t) for (w, s, e), t in zip(item["words"], item["tags"])]
@@ -178,7 +177,6 @@ class KerasPredictor(Predictor):
         self.tokenizer = tokenizer
 
     def _predict(self, texts):
-
         if not texts:
             return []
         if self.task == "ner":
@@ -218,7 +216,6 @@ class SavedModelPredictor(Predictor):
     """The `serving_default` signature of a keras-attn SavedModel (text in)."""
 
     def __init__(self, path):
-
         try:
             self.saved_model = load_saved_model(path)
         except Exception as error:  # noqa: BLE001 - OSError, DecodeError, tf errors, ...
@@ -236,7 +233,6 @@ class SavedModelPredictor(Predictor):
         self.serve = signatures["serving_default"]
 
     def _predict(self, texts):
-
         if not texts:
             return []
         out = {k: v.numpy() for k, v in self.serve(text=tf.constant(texts, tf.string)).items()}
@@ -269,8 +265,6 @@ class _ArtifactModel:
         self.use_crf = crf is not None
 
     def __call__(self, inputs, training=False):
-
-
         logits = self.run_logits({name: inputs[name] for name in ID_INPUTS})
         if self.crf is None:
             return logits
@@ -317,7 +311,6 @@ def _card_crf(card):
 
 
 def _read_card(artifact):
-
     card_path = artifact.parent / "model_card.json"
     _require(card_path, f"{artifact.name} is decoded with the labels, task and tokenizer "
              "settings of the model_card.json that `keras-attn export` writes beside it")
@@ -341,7 +334,6 @@ def _read_card(artifact):
 
 
 def _card_tokenizer(artifact, card):
-
     vocab = artifact.parent / "vocab.txt"
     _require(vocab, f"{artifact.name} takes token ids: the texts are tokenized with the "
              "vocab.txt `keras-attn export` writes beside it")
@@ -380,7 +372,6 @@ def _embedded_settings(path):
 
 
 def _load_tflite(path, num_threads):
-
     try:
         interpreter = text_interpreter(path, num_threads=num_threads)
     except (ValueError, RuntimeError) as error:
@@ -418,7 +409,6 @@ def _load_tflite(path, num_threads):
 
 
 def _load_onnx(path, num_threads):
-
     card, labels = _read_card(path)
     tokenizer = _card_tokenizer(path, card)
     try:
@@ -460,7 +450,6 @@ class TextTFLitePredictor(Predictor):
                 f"lists {len(labels)} labels: the files come from different exports")
 
     def _predict(self, texts):
-
         results = []
         for text in texts:
             out = self.runner(text=np.array([text.encode("utf-8")], dtype=object))
