@@ -415,9 +415,9 @@ def _add_explain_command(commands):
     """`keras-attn explain`."""
     explain = commands.add_parser(
         "explain",
-        help="draw the attention maps (every layer and head) and the prediction of a "
-             f"trained BERT run for one sentence ({' or '.join(DEPLOYABLE_TASKS)}: with its "
-             "prediction), as a PNG",
+        help="draw the attention maps (every layer and head) of a trained BERT run for one "
+             f"sentence, with the prediction of a {' or '.join(DEPLOYABLE_TASKS)} run, as a "
+             "PNG",
         description="Explain RUN_DIR (a keras-attn train output directory, or an export "
                     "directory whose source run still exists) on TEXT.",
     )
