@@ -250,16 +250,17 @@ def _check_float_run(run):
 def _check_task_model(run, model, labels):
     """The model must output the logits of the run's task: `TaskSpec.logits_layout` with one
     score per line of `labels.txt`."""
-    layout = task_spec(run.task).logits_layout
+    spec = task_spec(run.task)
     outputs = model.output
     logits = outputs.get("logits") if isinstance(outputs, dict) else outputs  # CRF: a dict
     shape = None if logits is None else tuple(logits.shape)
-    if shape is None or len(shape) != layout.count(",") + 1 or shape[-1] != len(labels):
+    if shape is None or len(shape) != spec.logits_rank or shape[-1] != len(labels):
         raise ExplainError(
             f"{run.path / 'model.keras'} ({type(model).__name__}) outputs logits of shape "
-            f"{shape}, but {run.path / 'config.json'} says task {run.task!r}, logits {layout}, "
-            f"and {run.path / 'labels.txt'} lists {len(labels)} labels: the files come from "
-            "different runs; re-run the `keras-attn train CONFIG` that made the run"
+            f"{shape}, but {run.path / 'config.json'} says task {run.task!r}, logits "
+            f"{spec.logits_layout}, and {run.path / 'labels.txt'} lists {len(labels)} labels: "
+            "the files come from different runs; re-run the `keras-attn train CONFIG` that "
+            "made the run"
         )
 
 

@@ -35,6 +35,7 @@ def test_the_properties_of_each_task():
     assert tasks_with("token_labels") == ("ner",)
     assert [task_spec(name).logits_layout for name in ("classification", "ner")] == [
         "(batch, labels)", "(batch, sequence, labels)"]
+    assert [task_spec(name).logits_rank for name in ("classification", "ner")] == [2, 3]
     assert task_spec("transformer_xl_lm").trains == "a Transformer-XL language model"
 
 

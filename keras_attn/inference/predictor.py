@@ -352,8 +352,9 @@ def _card_tokenizer(artifact, card):
 def _check_outputs(artifact, shape, card, labels):
     """The artifact's logits must have the card task's `TaskSpec.logits_layout` (`(B, C)`
     for classification, `(B, L, C)` for NER) with one score per label of the card."""
-    layout = task_spec(card["task"]).logits_layout
-    if len(shape) != layout.count(",") + 1 or shape[-1] != len(labels):
+    spec = task_spec(card["task"])
+    layout = spec.logits_layout
+    if len(shape) != spec.logits_rank or shape[-1] != len(labels):
         raise PredictorError(
             f"{artifact} outputs logits of shape {list(shape)}, but its model_card.json "
             f"describes a {card['task']} model with {len(labels)} labels, logits {layout}: "

@@ -49,6 +49,11 @@ class TaskSpec:
         """
         return "(batch, sequence, labels)" if self.token_labels else "(batch, labels)"
 
+    @property
+    def logits_rank(self):
+        """The rank of `logits_layout`: 3 for a tagger, 2 for a text classifier."""
+        return 3 if self.token_labels else 2
+
 
 TASK_SPECS = (
     TaskSpec("classification", "a BERT sentence classifier", bert_checkpoint=True,
