@@ -5,6 +5,7 @@ import pathlib
 import numpy as np
 
 from keras_attn.visualization import plot_position_encoding
+from keras_attn.visualization import pyplot
 
 IMAGES = pathlib.Path(__file__).resolve().parent / "images"
 
@@ -12,15 +13,6 @@ IMAGES = pathlib.Path(__file__).resolve().parent / "images"
 # === Figures of docs/concepts.md ===
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _minilm_attention(sentence):
@@ -55,7 +47,7 @@ def it_animal_head(tokens, maps):
 
 def plot_self_attention(path, tokens, maps):
     """One head's weights: the head of MiniLM whose "it" looks most at "animal"."""
-    plt = _pyplot()
+    plt = pyplot()
     it, animal = tokens.index("it"), tokens.index("animal")
     layer, head = it_animal_head(tokens, maps)
     weights = maps[layer, head]
@@ -96,7 +88,7 @@ def plot_masks(path):
 
     from keras_attn.layers import merge_attention_masks
 
-    plt = _pyplot()
+    plt = pyplot()
     tokens = ["[CLS]", "the", "film", "[SEP]", "[PAD]", "[PAD]"]
     padding = np.array([[1, 1, 1, 1, 0, 0]])
     masks = {
@@ -124,7 +116,7 @@ def plot_masks(path):
 
 def plot_blocks(path):
     """Post-LN (BERT, the paper) and pre-LN (GPT-2) blocks as boxes and arrows."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 6.2))
     attention = "Multi-head\nself-attention"
     layouts = {  # boxes from the input (bottom) up; residuals: (from height, into Add)
@@ -204,7 +196,7 @@ def transformer_xl_terms(memory_length=4, segment_length=4, d_model=8, seed=0):
 
 def plot_transformer_xl(path):
     """Memory + current segment, the four relative score terms and the attention."""
-    plt = _pyplot()
+    plt = pyplot()
     M, T = 4, 4
     terms, probabilities = transformer_xl_terms(M, T)
     causal = np.arange(M + T)[None, :] <= M + np.arange(T)[:, None]  # (T, M + T)
@@ -247,7 +239,7 @@ def plot_xlnet_streams(path):
 
     from keras_attn.models.permutation_lm_inputs import permutation_lm_inputs
 
-    plt = _pyplot()
+    plt = pyplot()
     tokens = ["I", "like", "cats", "more", "than", "dogs"]
     order = [3, 5, 1, 0, 4, 2]  # z: "more", "dogs", "like", "I", "than", "cats"
     noise = np.empty((1, 6))
@@ -282,7 +274,7 @@ def plot_auxiliary_loss_schedule(path, num_layers=8):
     layer l counts until l / (2L) of training."""
     from keras_attn.models.auxiliary_loss_lm import intermediate_loss_weights
 
-    plt = _pyplot()
+    plt = pyplot()
     progress = np.linspace(0.0, 1.0, 401)
     weights = np.stack([intermediate_loss_weights(p, num_layers) for p in progress])  # (P, L-1)
     fig, ax = plt.subplots(figsize=(7, 3.4))

@@ -13,6 +13,7 @@ import os
 import sys
 
 from keras_attn import reversal_demo
+from keras_attn.demo import DEMO_TASKS
 from keras_attn.demo import run_demo
 from keras_attn.demo import summary_markdown
 from keras_attn.explain import explain
@@ -38,6 +39,7 @@ from keras_attn.training.quantize import quantize_run
 from keras_attn.training.run_directory import RunDirectoryError
 from keras_attn.training.step_checkpoints import CheckpointError
 from keras_attn.training.strategy import StrategyError
+from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
 from keras_attn.training.trainer import train
 
@@ -177,16 +179,11 @@ def _explain(args):
         summary = explain(args.run_dir, args.text, args.output, layers=args.layers,
                           heads=args.heads, position_encoding_png=args.position_encoding,
                           log=lambda note: _say(f"note: {note}"))
-        _say(f"keras-attn explain {args.run_dir}: {summary['task'] or 'attention only'}, "
-             f"{len(summary['tokens'])} tokens")
         prediction = summary["prediction"]
-        if summary["task"] == "classification":
-            probabilities = ", ".join(f"{label} {p:.3f}"
-                                      for label, p in prediction["probabilities"].items())
-            _say(f"  prediction: {prediction['label']} ({probabilities})")
-        elif summary["task"] == "ner":
-            found = ", ".join(f"{e['text']} [{e['type']}]" for e in prediction["entities"])
-            _say(f"  entities: {found or 'none'}")
+        _say(f"keras-attn explain {args.run_dir}: {summary['task']}"
+             f"{'' if prediction else ' (attention only)'}, {len(summary['tokens'])} tokens")
+        if prediction is not None:
+            _say(f"  {_explained_prediction(prediction)}")
         _say(f"  attention of layers {summary['layers']} x heads {summary['heads']} "
              f"({summary['panels']} heatmaps): {summary['path']}")
         for name, path in summary["position_encoding_files"].items():
@@ -195,6 +192,16 @@ def _explain(args):
         sys.stderr.write(f"keras-attn explain: error: {error}\n")
         return 2
     return 0
+
+
+def _explained_prediction(prediction):
+    """`explain`'s prediction in one line: a tagger's entities, or a classifier's label."""
+    if "entities" in prediction:
+        found = ", ".join(f"{e['text']} [{e['type']}]" for e in prediction["entities"])
+        return f"entities: {found or 'none'}"
+    probabilities = ", ".join(f"{label} {p:.3f}"
+                              for label, p in prediction["probabilities"].items())
+    return f"prediction: {prediction['label']} ({probabilities})"
 
 
 def _predict_inputs(args):
@@ -231,7 +238,6 @@ def _predict_inputs(args):
 
 
 def _predict(args):
-
     try:
         inputs = _predict_inputs(args)
         predictor = load_predictor(args.artifact, num_threads=args.threads)
@@ -243,7 +249,7 @@ def _predict(args):
         if args.json:
             record = {"line": line} if line is not None else {}
             _say(json.dumps({**record, "text": text, **result}, ensure_ascii=False))
-        elif predictor.task == "classification":
+        elif "label" in result:  # a classification; a tagger's result has entities
             label = result["label"]
             _say(f"{label} (p={result['probabilities'][label]:.2f})\t{text}")
         else:
@@ -304,8 +310,8 @@ def _add_demo_command(commands):
     )
     demo.add_argument("--output-dir", default="runs/demo", help="where runs, artifacts and "
                       "the summary go")
-    demo.add_argument("--tasks", nargs="+", choices=("sentiment", "entities"),
-                      default=["sentiment", "entities"], help="which tasks to run")
+    demo.add_argument("--tasks", nargs="+", choices=tuple(DEMO_TASKS),
+                      default=list(DEMO_TASKS), help="which tasks to run")
     demo.add_argument("--epochs", type=_positive_int, help="overrides the fine-tuning epochs")
     QuantizationRecipe.add_arguments(demo)
     demo.add_argument("--latency-runs", type=_positive_int, default=30,
@@ -353,8 +359,9 @@ def _add_export_command(commands):
     """`keras-attn export`."""
     export = commands.add_parser(
         "export",
-        help="export a trained classification or NER run: QAT, int8/fp16/fp32 TFLite, "
-             "ONNX, SavedModel, model card, golden vectors and a parity/latency report",
+        help=f"export a trained {' or '.join(DEPLOYABLE_TASKS)} run: QAT, int8/fp16/fp32 "
+             "TFLite, ONNX, SavedModel, model card, golden vectors and a parity/latency "
+             "report",
         description="Export RUN_DIR (a keras-attn train output directory). Re-running "
                     "reuses the artifacts already written.",
     )
@@ -390,8 +397,8 @@ def _add_quantize_command(commands):
     """`keras-attn quantize`."""
     quantize = commands.add_parser(
         "quantize",
-        help="make the QAT run of a trained classification or NER run (calibration, or "
-             "quantization-aware fine-tuning with --qat-epochs)",
+        help=f"make the QAT run of a trained {' or '.join(DEPLOYABLE_TASKS)} run "
+             "(calibration, or quantization-aware fine-tuning with --qat-epochs)",
         description="Quantize RUN_DIR into a QAT run directory that `keras-attn export "
                     "--qat-run` converts to model_int8.tflite (export does it for you when "
                     "not given one).")
@@ -408,8 +415,9 @@ def _add_explain_command(commands):
     """`keras-attn explain`."""
     explain = commands.add_parser(
         "explain",
-        help="draw the attention maps (every layer and head) and the prediction of a "
-             "trained BERT classification or NER run for one sentence, as a PNG",
+        help="draw the attention maps (every layer and head) of a trained BERT run for one "
+             f"sentence, with the prediction of a {' or '.join(DEPLOYABLE_TASKS)} run, as a "
+             "PNG",
         description="Explain RUN_DIR (a keras-attn train output directory, or an export "
                     "directory whose source run still exists) on TEXT.",
     )

@@ -87,7 +87,7 @@ def demo_config(name, output_dir, model=None, epochs=None):
     return TrainingConfig.from_dict(values, source=f"keras-attn demo ({name})")
 
 
-def introduction(export_options=None, tasks=("sentiment", "entities"), model=None,
+def introduction(export_options=None, tasks=tuple(DEMO_TASKS), model=None,
                  output_dir="runs/demo"):
     """The demo's first lines: what it fine-tunes, how it quantizes (the recipe's own
     description, `QuantizationRecipe.describe()`), where it writes. Arguments as `run_demo`.
@@ -109,7 +109,7 @@ def introduction(export_options=None, tasks=("sentiment", "entities"), model=Non
             f"  output: {output_dir}; re-running reuses finished steps")
 
 
-def run_demo(output_dir, tasks=("sentiment", "entities"), model=None, epochs=None,
+def run_demo(output_dir, tasks=tuple(DEMO_TASKS), model=None, epochs=None,
              export_options=None, log=None):
     """Fine-tunes, exports and summarises each task; returns the summary dict.
 

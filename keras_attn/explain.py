@@ -19,17 +19,17 @@ import numpy as np
 from keras import ops
 
 from keras_attn.models.bert_backbone import BertBackbone
-from keras_attn.models.bert_classifier import BertClassifier
-from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.text.entity_prediction import ner_model_inputs
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.word_splitter import split_words
 from keras_attn.training.run_directory import RunDirectory
 from keras_attn.training.run_directory import RunDirectoryError
-from keras_attn.visualization import _pyplot
+from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+from keras_attn.training.task_registry import task_spec
 from keras_attn.visualization import plot_attention_grid
 from keras_attn.visualization import plot_position_embeddings
 from keras_attn.visualization import plot_position_encoding
+from keras_attn.visualization import pyplot
 
 # Replay vs. the backbone's own forward pass: the same layers run on the same inputs, so
 # any difference beyond rounding means the backbone graph is not what the replay assumes.
@@ -137,12 +137,16 @@ class ExplainedModel:
 
     Attributes:
         model: the Keras model (`BertClassifier`, `BertTokenClassifier`, ...).
-        task: `"classification"`, `"ner"` or `None` (no prediction head we can read).
-        tokenizer: `WordPieceTokenizer` with the run's lowercasing and sequence length.
-        labels: `LabelVocabulary` or `None`.
+        task: the run's task, as its `RunDirectory` records it (`"classification"`,
+            `"ner"`, `"mlm"`, ...).
+        tokenizer: `WordPieceTokenizer` with the run's tokenizer settings (the ones in
+            effect after continuing another run) and sequence length.
+        labels: `LabelVocabulary` of a task in `DEPLOYABLE_TASKS` (its prediction is
+            drawn), else `None` (attention maps only).
         run_dir: `pathlib.Path` of the training run the model came from.
         notes: list of str, what was resolved on the way (export directory -> run).
     """
+
     def __init__(self, model, task, tokenizer, labels, run_dir, notes):
         self.model = model
         self.task = task
@@ -153,14 +157,14 @@ class ExplainedModel:
 
 
 def _resolve_run_dir(path):
-    """The training run directory behind `path` (run dir, its model.keras, or an export)."""
+    """The run directory behind `path` (a run directory, its model.keras, or an export
+    directory), and notes on how it was found."""
     path = pathlib.Path(path)
-    notes = []
     if not path.exists():
         raise ExplainError(
-            f"{path} does not exist: pass a training run directory (the output_dir of "
-            "`keras-attn train`, holding model.keras, config.json, vocab.txt, labels.txt) or "
-            "an export directory of one"
+            f"{path} does not exist: pass a run directory (the output_dir of `keras-attn "
+            "train CONFIG`, or the model.keras inside one) or an export directory made from "
+            "one by `keras-attn export RUN`"
         )
     if path.is_file():
         if path.suffix != ".keras":
@@ -169,33 +173,34 @@ def _resolve_run_dir(path):
                 "(or the model.keras inside one)"
             )
         path = path.parent
-    if (path / "model.keras").is_file():
-        return path, notes
-    card_path = path / "model_card.json"
-    if card_path.is_file():
-        card = json.loads(card_path.read_text(encoding="utf-8"))
-        source = card.get("source_run")
-        if source and (pathlib.Path(source) / "model.keras").is_file():
-            notes.append(
-                f"{path} is an export directory: its TFLite/ONNX/SavedModel graphs do not "
-                f"output attention, so the float Keras model of its source run {source} is "
-                "explained"
-            )
-            return pathlib.Path(source), notes
-        raise ExplainError(
-            f"{path} is an export directory, and the float model.keras of the run it was "
-            f"exported from (model_card.json source_run={source!r}) is not there: pass that "
-            "training run directory instead (the export holds no float Keras model; "
-            "qat/model.keras is fake-quantized)"
-        )
+    if (path / "model_card.json").is_file() and not RunDirectory(path).is_run():
+        return _source_run(path)
+    return path, []  # its RunDirectory names any file it lacks
+
+
+def _source_run(export_dir):
+    """The run an export directory was made from (its model card's `source_run`)."""
+    card = json.loads((export_dir / "model_card.json").read_text(encoding="utf-8"))
+    source = card.get("source_run")
+    if source and RunDirectory(source).is_run():
+        note = (f"{export_dir} is an export directory: its TFLite/ONNX/SavedModel graphs do "
+                f"not output attention, so the float Keras model of its source run {source} "
+                "is explained")
+        return pathlib.Path(source), [note]
     raise ExplainError(
-        f"{path} has no model.keras: pass a training run directory (the output_dir of "
-        "`keras-attn train`) or an export directory made from one"
+        f"{export_dir} is an export directory, and the float model.keras of the run it was "
+        f"exported from (model_card.json source_run={source!r}) is not there: pass that "
+        "training run directory instead (the export holds no float Keras model; "
+        "qat/model.keras is fake-quantized)"
     )
 
 
 def load_explained_model(path):
     """Loads a training run (or the run behind an export directory) for `explain`.
+
+    Everything is read through the run's `RunDirectory`: its task, its tokenizer settings
+    (those in effect, after continuing another run), its labels and its model, which must
+    output one score per label in the task's `TaskSpec.logits_layout`.
 
     Args:
         path: a `keras-attn train` output directory, the `model.keras` inside one, or a
@@ -205,36 +210,58 @@ def load_explained_model(path):
         `ExplainedModel`.
 
     Raises:
-        ExplainError: the path is not a run, a file is missing, or the model has no
-            `BertBackbone`.
+        ExplainError: the path is not a run, a file is missing (the message names it and
+            the command that writes it), a quantization-aware run, a model that does not
+            match the run's task and labels, or a model without a `BertBackbone`.
     """
-
-
     run_dir, notes = _resolve_run_dir(path)
     run = RunDirectory(run_dir)
     try:
-        run.require("vocab.txt", "config.json", needed_for="explaining a run")
+        run.require("model.keras", "vocab.txt", "config.json", needed_for="explaining a run")
+        _check_float_run(run)
+        labels = run.labels() if run.task in DEPLOYABLE_TASKS else None
         settings = run.tokenizer_settings()
+        model = run.load_model()
+        backbone = find_backbone(model)
+        tokenizer = run.tokenizer(min(settings.max_length, backbone.max_sequence_length))
     except RunDirectoryError as error:
         raise ExplainError(str(error)) from None
-    model = run.load_model()
-    backbone = find_backbone(model)
-    if isinstance(model, BertTokenClassifier):
-        task = "ner"
-    elif isinstance(model, BertClassifier):
-        task = "classification"
+    if labels is None:
+        notes.append(f"task {run.task!r} has no labelled outputs (the "
+                     f"{' and '.join(DEPLOYABLE_TASKS)} tasks have): only the attention maps "
+                     "are drawn")
     else:
-        task = None
-        notes.append(f"{type(model).__name__} has no classification or tagging head: only "
-                     "the attention maps are drawn")
-    labels = None
-    if task is not None:
-        if not (run_dir / "labels.txt").is_file():
-            raise ExplainError(f"{run_dir / 'labels.txt'} is missing: the {task} run's "
-                               "labels are needed to name its predictions")
-        labels = run.labels()
-    tokenizer = run.tokenizer(min(settings.max_length, backbone.max_sequence_length))
-    return ExplainedModel(model, task, tokenizer, labels, run_dir, notes)
+        _check_task_model(run, model, labels)
+    return ExplainedModel(model, run.task, tokenizer, labels, run_dir, notes)
+
+
+def _check_float_run(run):
+    """A quantization-aware run's model is fake-quantized and has no `BertBackbone`: its
+    float run (from its lineage) is the one to explain."""
+    lineage = run.lineage()
+    if lineage.quantization is not None:
+        raise ExplainError(
+            f"{run.path} is a quantization-aware run (lineage.json: {lineage.quantization}); "
+            "its fake-quantized model.keras has no BertBackbone to read attention from: "
+            f"explain the float run it was made from, {lineage.source}"
+        )
+
+
+def _check_task_model(run, model, labels):
+    """The model must output the logits of the run's task: `TaskSpec.logits_layout` with one
+    score per line of `labels.txt`."""
+    spec = task_spec(run.task)
+    outputs = model.output
+    logits = outputs.get("logits") if isinstance(outputs, dict) else outputs  # CRF: a dict
+    shape = None if logits is None else tuple(logits.shape)
+    if shape is None or len(shape) != spec.logits_rank or shape[-1] != len(labels):
+        raise ExplainError(
+            f"{run.path / 'model.keras'} ({type(model).__name__}) outputs logits of shape "
+            f"{shape}, but {run.path / 'config.json'} says task {run.task!r}, logits "
+            f"{spec.logits_layout}, and {run.path / 'labels.txt'} lists {len(labels)} labels: "
+            "the files come from different runs; re-run the `keras-attn train CONFIG` that "
+            "made the run"
+        )
 
 
 # === One sentence ===
@@ -264,7 +291,6 @@ def _parse_indices(name, values, count, what):
 
 def _sentence_inputs(explained, text):
     """Model inputs for one text, its word pieces, and how many pieces were cut."""
-
     tokenizer = explained.tokenizer
     pieces = tokenizer.tokenize([text]).to_list()[0]
     if not pieces:
@@ -273,7 +299,7 @@ def _sentence_inputs(explained, text):
             f"only?). Received: text={text!r}"
         )
     truncated = max(0, len(pieces) - (tokenizer.sequence_length - 2))
-    if explained.task == "ner":
+    if _is_tagger(explained):
         words = [word for word, _, _ in split_words(text, tokenizer.strip_accents)]
         inputs, _, _ = ner_model_inputs(tokenizer, [words],
                                         bool(getattr(explained.model, "use_crf", False)))
@@ -289,8 +315,11 @@ def _sentence_inputs(explained, text):
 
 
 def _prediction(explained, text, inputs):
-    """The model's answer for the text: label + probabilities, or entity spans."""
-    if explained.task == "classification":
+    """The model's answer for the text: label + probabilities, entity spans, or `None`
+    (a run without labels)."""
+    if explained.labels is None:
+        return None
+    if not _is_tagger(explained):
         logits = np.asarray(ops.convert_to_numpy(
             explained.model(inputs, training=False)), "float64")[0]  # (C,)
         probabilities = np.exp(logits - logits.max())
@@ -298,13 +327,15 @@ def _prediction(explained, text, inputs):
         labels = list(explained.labels.labels)
         return {"label": labels[int(probabilities.argmax())],
                 "probabilities": dict(zip(labels, probabilities.round(6).tolist()))}
-    if explained.task == "ner":
+    result = predict_entities(explained.model, explained.tokenizer, explained.labels,
+                              [text])[0]
+    return {"entities": result["entities"], "words": result["words"],
+            "tags": result["tags"], "num_truncated_words": result["num_truncated_words"]}
 
-        result = predict_entities(explained.model, explained.tokenizer, explained.labels,
-                                  [text])[0]
-        return {"entities": result["entities"], "words": result["words"],
-                "tags": result["tags"], "num_truncated_words": result["num_truncated_words"]}
-    return None
+
+def _is_tagger(explained):
+    """Whether the run's labels name word pieces (`TaskSpec.token_labels`: NER)."""
+    return explained.labels is not None and task_spec(explained.task).token_labels
 
 
 def explain(run_or_model_path, text, output_png, layers=None, heads=None,
@@ -329,13 +360,14 @@ def explain(run_or_model_path, text, output_png, layers=None, heads=None,
 
     Returns:
         dict: `path`, `tokens` (the pieces on the axes), `layers`, `heads`, `panels`
-        (heatmaps drawn), `prediction` (or `None`), `num_truncated_pieces`, `task`,
+        (heatmaps drawn), `prediction` (`None` for a task without labels),
+        `num_truncated_pieces`, `task` (the run's),
         `run_dir`, `maps` (`(len(layers), len(heads), S, S)` numpy probabilities drawn),
         `position_encoding_files` (dict, empty without `position_encoding_png`).
 
     Raises:
-        ExplainError: bad path, empty text, a model without a `BertBackbone`, or bad
-            `layers` / `heads`.
+        ExplainError: bad path or run directory (see `load_explained_model`), empty text,
+            or bad `layers` / `heads`.
         ImportError: matplotlib is not installed (`pip install keras-attn[docs]`).
 
     Example (on a trained run; the tests run it on tiny ones):
@@ -346,7 +378,7 @@ def explain(run_or_model_path, text, output_png, layers=None, heads=None,
     log = log or (lambda message: None)
     if not isinstance(text, str) or not text.strip():
         raise ExplainError(f"the text to explain is empty. Received: text={text!r}")
-    _pyplot()  # fail before loading the model when matplotlib is missing
+    pyplot()  # fail before loading the model when matplotlib is missing
     explained = load_explained_model(run_or_model_path)
     for note in explained.notes:
         log(note)
@@ -369,7 +401,7 @@ def explain(run_or_model_path, text, output_png, layers=None, heads=None,
     figure = plot_attention_grid(
         output_png, drawn, tokens, row_labels=[f"layer {i}" for i in layer_ids],
         column_labels=[f"head {j}" for j in head_ids],
-        header=_header_drawer(explained.task, prediction, text, truncated),
+        header=_header_drawer(prediction, text, truncated),
     )
     files = {}
     if position_encoding_png is not None:
@@ -416,7 +448,7 @@ def plot_model_position_encodings(model, path, max_positions=128):
     return files
 
 
-def _header_drawer(task, prediction, text, truncated):
+def _header_drawer(prediction, text, truncated):
     """A function drawing the top panel (prediction) on a matplotlib axis."""
     cut = f"   ({truncated} word pieces cut)" if truncated else ""
 
@@ -445,7 +477,9 @@ def _header_drawer(task, prediction, text, truncated):
         ax.axis("off")
         _title(ax, f"{_shorten(text)!r}{cut}")
 
-    return {"classification": classification, "ner": ner}.get(task, attention_only)
+    if prediction is None:
+        return attention_only
+    return ner if "entities" in prediction else classification
 
 
 def _title(ax, title, fontsize=11):

@@ -230,29 +230,7 @@ def generate(
     >>> keras.ops.convert_to_numpy(ids).tolist()
     [[0, 1, 2, 3, 0], [2, 3, 0, 0, 0]]
     """
-    if sampler not in SAMPLERS:
-        raise ValueError(
-            f"`sampler` must be one of {SAMPLERS}. Received: sampler={sampler!r}"
-        )
-    if sampler == "greedy":
-        defaults = {"temperature": 1.0, "top_k": None, "top_p": None}
-        given = {
-            name: value
-            for name, value in zip(defaults, (temperature, top_k, top_p))
-            if value != defaults[name]
-        }
-        if given:
-            raise ValueError(
-                "`temperature`, `top_k` and `top_p` shape the sampling distribution and "
-                "have no effect on greedy decoding; pass `sampler=\"sample\"` or drop "
-                f"them. Received: sampler='greedy', {_format(given)}"
-            )
-    else:
-        _check_temperature(temperature)
-        if top_k is not None:
-            check_positive_int("top_k", top_k)
-        if top_p is not None:
-            _check_top_p(top_p)
+    _check_sampler(sampler, temperature, top_k, top_p)
     prompt, prompt_length = _check_common(prompt, max_new_tokens, stop_token_ids, pad_token_id)
     batch = ops.shape(prompt)[0]
     tokens = ops.concatenate(
@@ -260,16 +238,7 @@ def generate(
     )  # (B, P + N)
     if max_new_tokens == 0:
         return tokens
-    uniforms = None
-    if sampler == "sample":
-        uniforms = keras.random.uniform((max_new_tokens, batch), seed=seed)  # (N, B)
-
-    def choose(logits, step):
-        if sampler == "greedy":
-            return ops.cast(ops.argmax(logits, axis=-1), "int32")  # (B,)
-        logits = process_logits(logits, temperature, top_k, top_p)  # (B, V)
-        return sample_from_logits(logits, ops.take(uniforms, step, axis=0))
-
+    choose = _token_chooser(sampler, max_new_tokens, batch, seed, temperature, top_k, top_p)
     is_stop = _stop_checker(stop_token_ids)
     logits, cache = next_token_logits(prompt, cache, ops.convert_to_tensor(0, "int32"))
     first = choose(logits, 0)  # (B,)
@@ -291,6 +260,49 @@ def generate(
     step = ops.convert_to_tensor(1, "int32")
     _, tokens, _, _ = ops.while_loop(cond, body, (step, tokens, done, cache))
     return tokens
+
+
+def _check_sampler(sampler, temperature, top_k, top_p):
+    """`sampler` is known; the sampling arguments are valid, and left at their defaults for
+    greedy decoding (where they would have no effect)."""
+    if sampler not in SAMPLERS:
+        raise ValueError(
+            f"`sampler` must be one of {SAMPLERS}. Received: sampler={sampler!r}"
+        )
+    if sampler == "greedy":
+        defaults = {"temperature": 1.0, "top_k": None, "top_p": None}
+        given = {
+            name: value
+            for name, value in zip(defaults, (temperature, top_k, top_p))
+            if value != defaults[name]
+        }
+        if given:
+            raise ValueError(
+                "`temperature`, `top_k` and `top_p` shape the sampling distribution and "
+                "have no effect on greedy decoding; pass `sampler=\"sample\"` or drop "
+                f"them. Received: sampler='greedy', {_format(given)}"
+            )
+        return
+    _check_temperature(temperature)
+    if top_k is not None:
+        check_positive_int("top_k", top_k)
+    if top_p is not None:
+        _check_top_p(top_p)
+
+
+def _token_chooser(sampler, max_new_tokens, batch, seed, temperature, top_k, top_p):
+    """`choose(logits, step)`: the `(B,)` int32 token of each row at `step`, the argmax
+    (greedy) or a draw from the processed distribution with the uniforms of that step, all
+    `(N, B)` drawn here at once."""
+    if sampler == "greedy":
+        return lambda logits, step: ops.cast(ops.argmax(logits, axis=-1), "int32")  # (B,)
+    uniforms = keras.random.uniform((max_new_tokens, batch), seed=seed)  # (N, B)
+
+    def choose(logits, step):
+        logits = process_logits(logits, temperature, top_k, top_p)  # (B, V)
+        return sample_from_logits(logits, ops.take(uniforms, step, axis=0))  # (B,)
+
+    return choose
 
 
 # === Beam search ===

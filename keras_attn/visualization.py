@@ -22,7 +22,7 @@ def plot_position_encoding(path, length=64, dim=128, max_wavelength=10000):
     Returns:
         The `(length, dim)` numpy array that was drawn.
     """
-    plt = _pyplot()
+    plt = pyplot()
     table = ops.convert_to_numpy(sinusoidal_table(length, dim, max_wavelength))
     fig, (full, zoom) = plt.subplots(
         1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 1]}
@@ -46,7 +46,7 @@ def plot_position_encoding(path, length=64, dim=128, max_wavelength=10000):
 
 def plot_attention(path, probabilities, query_tokens, key_tokens, title="attention"):
     """Writes one attention-probability matrix `(T, S)` as a labelled heatmap PNG."""
-    plt = _pyplot()
+    plt = pyplot()
     probabilities = np.asarray(probabilities)
     fig, ax = plt.subplots(figsize=(1.0 + 0.45 * len(key_tokens), 1.0 + 0.45 * len(query_tokens)))
     ax.imshow(probabilities, cmap="viridis", vmin=0.0, vmax=1.0)
@@ -91,18 +91,10 @@ def plot_attention_grid(path, maps, tokens, row_labels=None, column_labels=None,
     >>> plot_attention_grid(path, maps, ["[CLS]", "a", "b", "[SEP]"])["panels"]
     6
     """
-    plt = _pyplot()
+    plt = pyplot()
     maps = np.asarray(maps, dtype="float32")
-    if maps.ndim != 4 or maps.shape[2] != maps.shape[3] or maps.shape[2] != len(tokens):
-        raise ValueError(
-            "`maps` must be (rows, columns, n, n) with n = len(tokens). Received: "
-            f"maps.shape={maps.shape}, len(tokens)={len(tokens)}"
-        )
+    _check_grid(maps, tokens, row_labels, column_labels)
     rows, columns, n = maps.shape[0], maps.shape[1], maps.shape[2]
-    for name, labels, count in (("row_labels", row_labels, rows),
-                                ("column_labels", column_labels, columns)):
-        if labels is not None and len(labels) != count:
-            raise ValueError(f"`{name}` needs {count} entries. Received: {len(labels)}")
     # Panel side grows with the sentence; tick font shrinks so every piece keeps a row.
     side = float(np.clip(0.11 * n, 1.5, 3.0))
     tick_size = float(np.clip(0.8 * 72 * side / n, 3.0, 8.0))
@@ -119,19 +111,13 @@ def plot_attention_grid(path, maps, tokens, row_labels=None, column_labels=None,
     if header is not None:
         header(fig.add_subplot(grid[0, :]))
     first = 1 if header is not None else 0
-    heatmaps = []
-    image = None
+    heatmaps, image = [], None
     for r in range(rows):
         for c in range(columns):
             ax = fig.add_subplot(grid[first + r, c])
-            image = ax.imshow(maps[r, c], cmap="viridis", vmin=0.0, vmax=vmax,
-                              interpolation="nearest")
-            ax.set_xticks(range(n))
-            ax.set_yticks(range(n))
-            ax.set_xticklabels(tokens if r == rows - 1 else [], rotation=90,
-                               fontsize=tick_size)
-            ax.set_yticklabels(tokens if c == 0 else [], fontsize=tick_size)
-            ax.tick_params(length=0)
+            image = _draw_heatmap(ax, maps[r, c], vmax, tick_size,
+                                  x_tokens=tokens if r == rows - 1 else [],
+                                  y_tokens=tokens if c == 0 else [])
             if r == 0 and column_labels is not None:
                 ax.set_title(column_labels[c], fontsize=10)
             if c == 0 and row_labels is not None:
@@ -144,6 +130,34 @@ def plot_attention_grid(path, maps, tokens, row_labels=None, column_labels=None,
     plt.close(fig)
     return {"panels": len(heatmaps), "rows": rows, "columns": columns, "vmax": vmax,
             "image_size": (int(round(width)), int(round(height)))}
+
+
+def _check_grid(maps, tokens, row_labels, column_labels):
+    """`maps` is `(rows, columns, n, n)` with `n = len(tokens)`, and each label list has one
+    entry per row or column."""
+    if maps.ndim != 4 or maps.shape[2] != maps.shape[3] or maps.shape[2] != len(tokens):
+        raise ValueError(
+            "`maps` must be (rows, columns, n, n) with n = len(tokens). Received: "
+            f"maps.shape={maps.shape}, len(tokens)={len(tokens)}"
+        )
+    for name, labels, count in (("row_labels", row_labels, maps.shape[0]),
+                                ("column_labels", column_labels, maps.shape[1])):
+        if labels is not None and len(labels) != count:
+            raise ValueError(f"`{name}` needs {count} entries. Received: {len(labels)}")
+
+
+def _draw_heatmap(ax, probabilities, vmax, tick_size, x_tokens, y_tokens):
+    """One `(n, n)` map on `ax` (colour scale 0..vmax), the tokens on the axes that get
+    them; returns the image, for the colour bar."""
+    n = len(probabilities)
+    image = ax.imshow(probabilities, cmap="viridis", vmin=0.0, vmax=vmax,
+                      interpolation="nearest")
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xticklabels(x_tokens, rotation=90, fontsize=tick_size)
+    ax.set_yticklabels(y_tokens, fontsize=tick_size)
+    ax.tick_params(length=0)
+    return image
 
 
 def plot_position_embeddings(path, table, title="learned position embeddings"):
@@ -161,7 +175,7 @@ def plot_position_embeddings(path, table, title="learned position embeddings"):
     Returns:
         The `(T, T)` cosine-similarity matrix that was drawn.
     """
-    plt = _pyplot()
+    plt = pyplot()
     table = np.asarray(table, dtype="float64")
     if table.ndim != 2:
         raise ValueError(f"`table` must be (positions, dim). Received: shape={table.shape}")
@@ -187,7 +201,23 @@ def plot_position_embeddings(path, table, title="learned position embeddings"):
     return similarity
 
 
-def _pyplot():
+def pyplot():
+    """`matplotlib.pyplot` on the non-interactive Agg backend (PNG files, no display).
+
+    The plotting functions here call it first; call it yourself to fail early, before
+    expensive work whose result is to be plotted.
+
+    Returns:
+        The `matplotlib.pyplot` module.
+
+    Raises:
+        ImportError: matplotlib is not installed; the message names the `docs` extra that
+            brings it (`pip install keras-attn[docs]`).
+
+    Example:
+    >>> pyplot().get_backend().lower()
+    'agg'
+    """
     try:
         # optional: matplotlib is only in the `docs` extra, needed for plotting alone
         import matplotlib

@@ -121,13 +121,27 @@ def test_attention_maps_rejects_models_without_a_bert_backbone():
 # --- run directories -------------------------------------------------------------------------
 
 
-def write_run(directory, model, task, labels):
+def write_run(directory, model, task, labels, lowercase=True):
+    """A run directory as training wrote it before tokenizer.json and lineage.json."""
     directory.mkdir(parents=True)
     model.save(directory / "model.keras")
     (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     (directory / "labels.txt").write_text("\n".join(labels) + "\n")
     (directory / "config.json").write_text(json.dumps(
-        {"task": task, "data": {"max_length": LENGTH}, "model": {"lowercase": True}}))
+        {"task": task, "data": {"max_length": LENGTH}, "model": {"lowercase": lowercase}}))
+    return directory
+
+
+def copy_run(source, directory, task=None, **files):
+    """A copy of the run `source` with another `task` in config.json and extra JSON files."""
+    directory.mkdir(parents=True)
+    for path in source.iterdir():
+        (directory / path.name).write_bytes(path.read_bytes())
+    config = json.loads((source / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "task": task or
+                                                       config["task"]}))
+    for name, value in files.items():
+        (directory / f"{name}.json").write_text(json.dumps(value))
     return directory
 
 
@@ -238,7 +252,8 @@ def test_bad_paths_texts_and_indices_are_explained(classification_run, tmp_path)
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(ExplainError, match="not a .keras model"):
         explain(tmp_path / "notes.txt", "text", tmp_path / "x.png")
-    with pytest.raises(ExplainError, match="has no model.keras"):
+    with pytest.raises(ExplainError, match="model.keras is missing .*`a finished keras-attn "
+                                           "train CONFIG"):
         explain(tmp_path, "text", tmp_path / "x.png")
     with pytest.raises(ExplainError, match="text to explain is empty"):
         explain(classification_run, " \n", tmp_path / "x.png")
@@ -253,6 +268,68 @@ def test_bad_paths_texts_and_indices_are_explained(classification_run, tmp_path)
     (broken / "model.keras").write_bytes((classification_run / "model.keras").read_bytes())
     with pytest.raises(ExplainError, match="vocab.txt is missing"):
         explain(broken, "good", tmp_path / "x.png")
+
+
+def test_the_task_is_the_run_directory_s_not_the_model_class(classification_run, tmp_path,
+                                                             capsys):
+    # A BertClassifier in a run whose config.json says mlm: attention maps only.
+    mlm = copy_run(classification_run, tmp_path / "mlm", task="mlm")
+    notes = []
+    summary = explain(mlm, "the film was good", tmp_path / "mlm.png", layers="0", heads="0",
+                      log=notes.append)
+    assert summary["task"] == "mlm" and summary["prediction"] is None
+    assert load_explained_model(mlm).labels is None
+    assert any("task 'mlm' has no labelled outputs (the classification and ner tasks "
+               "have)" in note for note in notes), notes
+    assert cli.main(["explain", str(mlm), "good", "--output", str(tmp_path / "c.png"),
+                     "--layers", "0", "--heads", "0"]) == 0
+    assert f"explain {mlm}: mlm (attention only), 3 tokens" in capsys.readouterr().out
+    # A classifier in a run that says ner: the files disagree, and the error says which.
+    ner = copy_run(classification_run, tmp_path / "ner", task="ner")
+    (ner / "labels.txt").write_text("O\nB-PER\nI-PER\n")  # as many labels as classes
+    with pytest.raises(ExplainError, match=r"model.keras \(BertClassifier\) outputs logits "
+                                           r"of shape \(None, 3\), but .*config.json says task "
+                                           r"'ner', logits \(batch, sequence, labels\)"):
+        load_explained_model(ner)
+    four = copy_run(classification_run, tmp_path / "four")
+    (four / "labels.txt").write_text("a\nb\nc\nd\n")
+    with pytest.raises(ExplainError, match="labels.txt lists 4 labels: the files come from "
+                                           "different runs"):
+        load_explained_model(four)
+
+
+def test_the_tokenizer_in_effect_is_read_from_tokenizer_json(classification_run, tmp_path):
+    # A run continued from an uncased one: its config asked for cased text, but the model
+    # reads lower-cased pieces, as tokenizer.json records.
+    text = "Anna was in Paris"
+    cased = copy_run(classification_run, tmp_path / "cased",
+                     tokenizer={"kind": "wordpiece", "lowercase": False, "max_length": LENGTH})
+    continued = copy_run(classification_run, tmp_path / "continued",
+                         tokenizer={"kind": "wordpiece", "lowercase": True, "max_length": 8})
+    config = json.loads((continued / "config.json").read_text())
+    config["model"]["lowercase"] = False
+    (continued / "config.json").write_text(json.dumps(config))
+    def pieces(run):
+        tokenizer = load_explained_model(run).tokenizer
+        return [VOCAB[i] for i in tokenizer.tokenize([text]).to_list()[0]]
+
+    assert pieces(continued) == ["anna", "was", "in", "paris"]
+    assert pieces(cased) == ["[UNK]", "was", "in", "[UNK]"]
+    assert load_explained_model(continued).tokenizer.sequence_length == 8
+
+
+def test_run_directory_errors_name_the_file_and_the_command(classification_run, tmp_path):
+    unlabelled = copy_run(classification_run, tmp_path / "unlabelled")
+    (unlabelled / "labels.txt").unlink()
+    with pytest.raises(ExplainError, match="labels.txt is missing .*`keras-attn train CONFIG "
+                                           "of a classification or ner task`"):
+        explain(unlabelled, "good", tmp_path / "x.png")
+    qat = copy_run(classification_run, tmp_path / "qat", lineage={
+        "source": "/runs/float", "source_kind": "run", "source_task": "classification",
+        "quantization": {"qat_epochs": 0}})
+    with pytest.raises(ExplainError, match="quantization-aware run .*explain the float run "
+                                           "it was made from, /runs/float"):
+        explain(qat, "good", tmp_path / "x.png")
 
 
 def test_missing_matplotlib_names_the_extra(classification_run, tmp_path, monkeypatch):

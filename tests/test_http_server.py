@@ -672,3 +672,12 @@ def test_serve_help_documents_every_limit_with_its_default():
     for flag in ("--max-batch ", "--max-text-chars", "--max-request-bytes"):
         assert flag in text
     assert text.count("(default:") >= len(dataclasses.fields(ServerLimits)) + 2
+
+
+def test_server_limits_are_checked_through_validation():
+    with pytest.raises(ValueError, match="`workers` must be a number > 0. Received: workers=0"):
+        ServerLimits(workers=0)
+    with pytest.raises(ValueError, match=r"`max_batch_size` must be a number >= 0\. "
+                                         r"Received: max_batch_size=True"):
+        ServerLimits(max_batch_size=True)
+    assert ServerLimits(max_batch_size=0, batch_timeout=0).max_batch_size == 0

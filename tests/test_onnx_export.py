@@ -249,7 +249,7 @@ def test_quantize_rejects_bad_arguments(classifier_file, tmp_path):
         quantize_onnx_dynamic(classifier_file, classifier_file)
     with pytest.raises(ValueError, match="`src` must be an existing ONNX file"):
         quantize_onnx_dynamic(str(tmp_path / "missing.onnx"), str(tmp_path / "out.onnx"))
-    with pytest.raises(ValueError, match="per_channel"):
+    with pytest.raises(ValueError, match="`per_channel` must be a bool. Received: per_channel=1"):
         quantize_onnx_dynamic(classifier_file, str(tmp_path / "out.onnx"), per_channel=1)
 
 

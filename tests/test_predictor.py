@@ -380,3 +380,10 @@ def test_cli_bad_artifacts_and_inputs_are_errors_without_traceback(classificatio
     assert main(["predict", str(export), "--json"]) == 0
     (record,) = [json.loads(line) for line in _lines(capsys.readouterr().out)]
     assert record["text"] == "good" and record["line"] == 1
+
+
+def test_num_threads_is_checked_before_the_path():
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match=rf"`num_threads` must be an integer >= 1 or None\. "
+                                             rf"Received: num_threads={bad!r}"):
+            load_predictor("nowhere/model.onnx", num_threads=bad)

@@ -122,7 +122,9 @@ def test_malformed_lines_name_file_and_line(tmp_path):
     empty = write(tmp_path / "empty.tsv", ["one\teins", "two\t  "])
     with pytest.raises(DataError, match=r"empty\.tsv:2: empty target text"):
         read_pairs(empty)
-    with pytest.raises(ValueError, match="data.target_column"):
+    with pytest.raises(ValueError, match=r"`data.target_column` must be an integer \(seq2seq "
+                                         r"reads TSV columns by index\)\. Received: "
+                                         r"data.target_column='target'"):
         read_pairs(empty, 0, "target")
     task = Seq2SeqTask(make_config(tmp_path, bad), tmp_path / "run")
     with pytest.raises(DataError, match=r"bad\.tsv:3"):

@@ -32,12 +32,16 @@ def test_the_properties_of_each_task():
     assert tasks_with("pretraining") == ("mlm", "permutation_lm")
     assert tasks_with("character_tokenizer") == ("causal_lm", "transformer_xl_lm")
     assert tasks_with("deployable") == ("classification", "ner")
+    assert tasks_with("token_labels") == ("ner",)
+    assert [task_spec(name).logits_layout for name in ("classification", "ner")] == [
+        "(batch, labels)", "(batch, sequence, labels)"]
+    assert [task_spec(name).logits_rank for name in ("classification", "ner")] == [2, 3]
     assert task_spec("transformer_xl_lm").trains == "a Transformer-XL language model"
 
 
 def test_readers_use_the_registry():
     assert predictor.TASKS is task_registry.DEPLOYABLE_TASKS
-    assert golden_vectors.DEPLOYABLE_TASKS is task_registry.DEPLOYABLE_TASKS
+    assert golden_vectors.check_deployable is task_registry.check_deployable
     assert config.TrainingConfig.__dataclass_fields__["task"].metadata["choices"] == TASK_NAMES
 
 

@@ -307,7 +307,8 @@ def test_consistency_errors():
                                           r"'causal_lm' .*use `model\.preset`"):
         TrainingConfig.from_dict(minimal(task="causal_lm", model={"preset": None,
                                                                   "checkpoint": "minilm"}))
-    with pytest.raises(ConfigError, match=r"`model\.use_crf` is for task 'ner'\. "
+    with pytest.raises(ConfigError, match=r"`model\.use_crf` is for the tagging tasks "
+                                          r"\['ner'\]\. "
                                           r"Received: task='classification'"):
         TrainingConfig.from_dict(minimal(model={"use_crf": True}))
     with pytest.raises(ConfigError, match=r"TPUs train in bfloat16: use "

@@ -33,7 +33,9 @@ from keras_attn.text.ner import entity_spans
 from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.ner import repair_iob2
 from keras_attn.text.word_splitter import split_words
-from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+from keras_attn.training.task_registry import TAGGING_TASKS
+from keras_attn.training.task_registry import check_deployable
+from keras_attn.training.task_registry import task_spec
 
 CARD_FORMAT = "keras-attn model card 1"
 # tf-text's FastBertTokenizer turns a word longer than this many UTF-8 bytes (after
@@ -83,7 +85,7 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
     """The `model_card.json` dict of an exported classifier or tagger.
 
     Args:
-        task: `"classification"` or `"ner"`.
+        task: one of `task_registry.DEPLOYABLE_TASKS` (`"classification"`, `"ner"`).
         labels: list of str, the labels in output order.
         sequence_length: int, the fixed input length of the mobile artifacts.
         tokenizer: the run's `WordPieceTokenizer` (vocabulary and special ids).
@@ -97,10 +99,11 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
     Returns:
         dict, JSON-serializable.
     """
-    if task not in DEPLOYABLE_TASKS:
-        raise ValueError(f"`task` must be 'classification' or 'ner'. Received: task={task!r}")
-    if crf is not None and task != "ner":
-        raise ValueError("Only a tagger (task='ner') can carry CRF transitions.")
+    check_deployable(task)
+    tagger = task_spec(task).token_labels
+    if crf is not None and not tagger:
+        raise ValueError(f"Only a tagger (task in {list(TAGGING_TASKS)}) can carry CRF "
+                         f"transitions. Received: task={task!r}")
     num_labels = len(labels)
     return {
         "format": CARD_FORMAT,
@@ -111,8 +114,8 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
         "inputs": [{"name": name, "dtype": "int32", "shape": [1, int(sequence_length)]}
                    for name in INPUT_NAMES],
         "outputs": [{"name": "logits", "dtype": "float32",
-                     "shape": [1, num_labels] if task != "ner"
-                     else [1, int(sequence_length), num_labels]}],
+                     "shape": [1, int(sequence_length), num_labels] if tagger
+                     else [1, num_labels]}],
         "tokenizer": {
             "vocabulary": "vocab.txt", "vocabulary_size": tokenizer.vocabulary_size(),
             "lowercase": bool(lowercase),
@@ -127,10 +130,10 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
         },
         "words": "BERT basic tokenization: whitespace, each punctuation character and "
                  "CJK ideograph is a word (keras_attn.text.word_splitter)"
-                 if task == "ner" else None,
+                 if tagger else None,
         "decoding": ("first word piece of each word, IOB2 repair (an I- tag after O or "
                      "another type opens an entity), entity spans with code-point "
-                     "offsets" if task == "ner" else "softmax over logits"),
+                     "offsets" if tagger else "softmax over logits"),
         "crf": crf,
         "metrics": metrics or {},
         "source_run": source_run,
@@ -276,19 +279,20 @@ def write_golden_vectors(path, texts, task, tokenizer, predict, labels, crf=None
     Args:
         path: output file.
         texts: list of str.
-        task: `"classification"` or `"ner"`.
+        task: one of `task_registry.DEPLOYABLE_TASKS`; a tagger (`TaskSpec.token_labels`)
+            gets `ner_records`, the others `classification_records`.
         tokenizer, predict, labels, crf: as in `classification_records` / `ner_records`.
         batch_size: texts per `predict` call.
 
     Returns:
         int, the number of records.
     """
-    if task not in DEPLOYABLE_TASKS:
-        raise ValueError(f"`task` must be 'classification' or 'ner'. Received: task={task!r}")
+    check_deployable(task)
+    tagger = task_spec(task).token_labels
     with open(path, "w", encoding="utf-8") as f:
         for start in range(0, len(texts), batch_size):
             chunk = list(texts[start: start + batch_size])
-            records = (ner_records(chunk, tokenizer, predict, labels, crf) if task == "ner"
+            records = (ner_records(chunk, tokenizer, predict, labels, crf) if tagger
                        else classification_records(chunk, tokenizer, predict, labels))
             for record in records:
                 # ASCII escapes: texts hold U+2028 and other characters that some line

@@ -27,6 +27,7 @@ import tf2onnx
 from onnx import helper
 from onnx import numpy_helper
 
+from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_int
 
 logger = logging.getLogger(__name__)
@@ -353,8 +354,7 @@ def quantize_onnx_dynamic(src, dst, per_channel=True):
             "`dst` must differ from `src` (the float model stays next to its int8 "
             f"version). Received: src={src!r}, dst={dst!r}"
         )
-    if not isinstance(per_channel, bool):
-        raise ValueError(f"`per_channel` must be a bool. Received: per_channel={per_channel!r}")
+    check_bool("per_channel", per_channel)
     # Imported on use: onnxruntime's quantization tools take ~1.8 s to import (90 modules),
     # a cost every `import keras_attn.export` (predict, serve) would pay for this one call.
     from onnxruntime.quantization import QuantType

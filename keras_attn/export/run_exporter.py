@@ -174,7 +174,7 @@ class RunExporter:
         if self.source.task not in DEPLOYABLE_TASKS:
             raise ExportError(
                 f"{self.run_dir}: task {self.source.task!r} has no export; `keras-attn "
-                "export` takes classification and ner runs")
+                f"export` takes {' and '.join(DEPLOYABLE_TASKS)} runs")
         self.config = self.source.config()
         self.tokenizer_settings = self.source.tokenizer_settings()
         self.task = make_task(self.config, self.run_dir, self.log, write_files=False)

@@ -34,6 +34,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 from tensorflow.lite.python import schema_py_generated as schema
 
+from keras_attn.layers.validation import check_int
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.quantization.qat_bert import QatBert
@@ -177,13 +178,9 @@ def _graph_model(model, variants):
 
 
 def _check_sequence_length(sequence_length, max_sequence_length):
-    if (isinstance(sequence_length, bool) or not isinstance(sequence_length, int)
-            or sequence_length < 1 or sequence_length > max_sequence_length):
-        raise ValueError(
-            f"`sequence_length` must be an int in [1, max_sequence_length="
-            f"{max_sequence_length}] (the size of the position table). "
-            f"Received: sequence_length={sequence_length!r}"
-        )
+    check_int("sequence_length", sequence_length, 1, max_sequence_length + 1,
+              meaning=f"at most max_sequence_length={max_sequence_length}, the size of the "
+                      "position table")
 
 
 def _check_buckets(buckets, sequence_length):

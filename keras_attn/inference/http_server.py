@@ -68,6 +68,7 @@ from tensorflow.core.framework import types_pb2
 from keras_attn.export.serving_module import load_saved_model
 from keras_attn.inference.request_batcher import QueueFullError
 from keras_attn.inference.request_batcher import RequestBatcher
+from keras_attn.layers.validation import check_number
 from keras_attn.layers.validation import check_positive_int
 
 DEFAULT_MAX_BATCH = 64
@@ -602,8 +603,6 @@ def _rows_of(outputs, batch):
     return rows
 
 
-
-
 # --- transport ------------------------------------------------------------------------------
 
 
@@ -645,11 +644,7 @@ class ServerLimits:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             zero_ok = field.name in ("max_batch_size", "batch_timeout")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    value < 0 or (value == 0 and not zero_ok):
-                kind = "non-negative" if zero_ok else "positive"
-                raise ValueError(f"`{field.name}` must be a {kind} number. "
-                                 f"Received: {field.name}={value!r}")
+            check_number(field.name, value, low=0, include_low=zero_ok)
 
 
 class _HeadScanner:

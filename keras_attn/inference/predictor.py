@@ -51,6 +51,7 @@ from keras_attn.export.tflite_export import default_signature_runner
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import settings_from_tflite
 from keras_attn.layers.crf import viterbi_decode
+from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.label_vocabulary import LabelVocabulary
@@ -59,6 +60,7 @@ from keras_attn.training.run_directory import RunDirectory
 from keras_attn.training.run_directory import RunDirectoryError
 from keras_attn.training.run_directory import output_count
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+from keras_attn.training.task_registry import task_spec
 
 ID_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 TASKS = DEPLOYABLE_TASKS
@@ -147,7 +149,6 @@ def _ner_result(entities, words, num_truncated_words):
 
 
 def _python_ner_results(model, tokenizer, labels, texts):
-
     results = []
     for item in predict_entities(model, tokenizer, labels, texts, batch_size=len(texts) or 1):
         words = [(w, s, e, t) for (w, s, e), t in zip(item["words"], item["tags"])]
@@ -176,7 +177,6 @@ class KerasPredictor(Predictor):
         self.tokenizer = tokenizer
 
     def _predict(self, texts):
-
         if not texts:
             return []
         if self.task == "ner":
@@ -196,7 +196,7 @@ def _load_run(run_dir, model_path):
         if task not in TASKS:
             raise PredictorError(
                 f"{run.path / 'config.json'}: task {task!r} has no predictor; `keras-attn "
-                "predict` takes classification and ner runs")
+                f"predict` takes {' and '.join(TASKS)} runs")
         tokenizer, labels = run.tokenizer(), run.labels()
     except RunDirectoryError as error:
         raise PredictorError(str(error)) from None
@@ -216,7 +216,6 @@ class SavedModelPredictor(Predictor):
     """The `serving_default` signature of a keras-attn SavedModel (text in)."""
 
     def __init__(self, path):
-
         try:
             self.saved_model = load_saved_model(path)
         except Exception as error:  # noqa: BLE001 - OSError, DecodeError, tf errors, ...
@@ -234,7 +233,6 @@ class SavedModelPredictor(Predictor):
         self.serve = signatures["serving_default"]
 
     def _predict(self, texts):
-
         if not texts:
             return []
         out = {k: v.numpy() for k, v in self.serve(text=tf.constant(texts, tf.string)).items()}
@@ -267,8 +265,6 @@ class _ArtifactModel:
         self.use_crf = crf is not None
 
     def __call__(self, inputs, training=False):
-
-
         logits = self.run_logits({name: inputs[name] for name in ID_INPUTS})
         if self.crf is None:
             return logits
@@ -315,7 +311,6 @@ def _card_crf(card):
 
 
 def _read_card(artifact):
-
     card_path = artifact.parent / "model_card.json"
     _require(card_path, f"{artifact.name} is decoded with the labels, task and tokenizer "
              "settings of the model_card.json that `keras-attn export` writes beside it")
@@ -339,7 +334,6 @@ def _read_card(artifact):
 
 
 def _card_tokenizer(artifact, card):
-
     vocab = artifact.parent / "vocab.txt"
     _require(vocab, f"{artifact.name} takes token ids: the texts are tokenized with the "
              "vocab.txt `keras-attn export` writes beside it")
@@ -356,11 +350,11 @@ def _card_tokenizer(artifact, card):
 
 
 def _check_outputs(artifact, shape, card, labels):
-    """The artifact's logits must be `(B, C)` (classification) or `(B, L, C)` (NER) with one
-    score per label of the card."""
-    layout = "(batch, labels)" if card["task"] == "classification" else \
-        "(batch, sequence, labels)"
-    if len(shape) != layout.count(",") + 1 or shape[-1] != len(labels):
+    """The artifact's logits must have the card task's `TaskSpec.logits_layout` (`(B, C)`
+    for classification, `(B, L, C)` for NER) with one score per label of the card."""
+    spec = task_spec(card["task"])
+    layout = spec.logits_layout
+    if len(shape) != spec.logits_rank or shape[-1] != len(labels):
         raise PredictorError(
             f"{artifact} outputs logits of shape {list(shape)}, but its model_card.json "
             f"describes a {card['task']} model with {len(labels)} labels, logits {layout}: "
@@ -379,7 +373,6 @@ def _embedded_settings(path):
 
 
 def _load_tflite(path, num_threads):
-
     try:
         interpreter = text_interpreter(path, num_threads=num_threads)
     except (ValueError, RuntimeError) as error:
@@ -417,7 +410,6 @@ def _load_tflite(path, num_threads):
 
 
 def _load_onnx(path, num_threads):
-
     card, labels = _read_card(path)
     tokenizer = _card_tokenizer(path, card)
     try:
@@ -459,7 +451,6 @@ class TextTFLitePredictor(Predictor):
                 f"lists {len(labels)} labels: the files come from different exports")
 
     def _predict(self, texts):
-
         results = []
         for text in texts:
             out = self.runner(text=np.array([text.encode("utf-8")], dtype=object))
@@ -511,10 +502,7 @@ def load_predictor(path, num_threads=None):
     keras_attn.inference.predictor.PredictorError: nowhere/model.onnx does not exist...
     """
     path = pathlib.Path(path)
-    if num_threads is not None and (isinstance(num_threads, bool)
-                                    or not isinstance(num_threads, int) or num_threads < 1):
-        raise ValueError(f"`num_threads` must be a positive integer or None. "
-                         f"Received: num_threads={num_threads!r}")
+    check_int("num_threads", num_threads, low=1, optional=True)
     if not path.exists():
         raise PredictorError(
             f"{path} does not exist: give a run directory or its model.keras, an export "

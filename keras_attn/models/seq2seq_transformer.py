@@ -120,15 +120,10 @@ class Seq2SeqTransformer(ModelConfig, keras.Model):
         **kwargs,
     ):
         check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
-                                intermediate_dim)
+                                intermediate_dim, sinusoids="the sinusoidal position encodings")
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout)
         check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
-        if hidden_dim % 2:
-            raise ValueError(
-                "`hidden_dim` must be even: the sinusoidal position encoding pairs sine "
-                f"and cosine features. Received: hidden_dim={hidden_dim}"
-            )
 
         # === Layers ===
         token_embedding = keras.layers.ReversibleEmbedding(
@@ -158,38 +153,25 @@ class Seq2SeqTransformer(ModelConfig, keras.Model):
         ]
 
         # === Functional Model ===
-        encoder_token_ids = keras.Input(shape=(None,), dtype="int32", name="encoder_token_ids")
-        encoder_padding_mask = keras.Input(
-            shape=(None,), dtype="int32", name="encoder_padding_mask"
-        )
-        decoder_token_ids = keras.Input(shape=(None,), dtype="int32", name="decoder_token_ids")
-        decoder_padding_mask = keras.Input(
-            shape=(None,), dtype="int32", name="decoder_padding_mask"
-        )
-        x = _embed(token_embedding, position_encoding, encoder_token_ids)  # (B, S, d)
+        # encoder_token_ids, encoder_padding_mask (B, S); decoder_... (B, T)
+        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in (
+            "encoder_token_ids", "encoder_padding_mask", "decoder_token_ids",
+            "decoder_padding_mask")}
+        encoder_padding_mask = inputs["encoder_padding_mask"]
+        x = _embed(token_embedding, position_encoding, inputs["encoder_token_ids"])  # (B, S, d)
         x = encoder_embedding_dropout(x)
         for block in encoder_blocks:
             x = block(x, padding_mask=encoder_padding_mask)  # (B, S, d)
         encoder_outputs = x
-        y = _embed(token_embedding, position_encoding, decoder_token_ids)  # (B, T, d)
+        y = _embed(token_embedding, position_encoding, inputs["decoder_token_ids"])  # (B, T, d)
         y = decoder_embedding_dropout(y)
         for block in decoder_blocks:
             y = block(
-                y, encoder_outputs, decoder_padding_mask=decoder_padding_mask,
+                y, encoder_outputs, decoder_padding_mask=inputs["decoder_padding_mask"],
                 encoder_padding_mask=encoder_padding_mask,
             )  # (B, T, d)
         logits = token_embedding(y, reverse=True)  # (B, T, V)
-        super().__init__(
-            inputs={
-                "encoder_token_ids": encoder_token_ids,
-                "encoder_padding_mask": encoder_padding_mask,
-                "decoder_token_ids": decoder_token_ids,
-                "decoder_padding_mask": decoder_padding_mask,
-            },
-            outputs=logits,
-            dtype=dtype,
-            **kwargs,
-        )
+        super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
 
         # === Config ===
         self.store_arguments(locals())

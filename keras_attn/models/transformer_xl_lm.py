@@ -9,6 +9,7 @@ from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
+from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_arguments import preset_arguments
 from keras_attn.models.model_config import ModelConfig
 
@@ -119,25 +120,9 @@ class TransformerXLLM(ModelConfig, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        check_positive_int("vocabulary_size", vocabulary_size)
-        check_positive_int("num_layers", num_layers)
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("hidden_dim", hidden_dim)
-        check_positive_int("intermediate_dim", intermediate_dim)
+        check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
+                                intermediate_dim, key_dim, sinusoids="the relative sinusoids")
         check_positive_int("memory_length", memory_length)
-        if key_dim is not None:
-            check_positive_int("key_dim", key_dim)
-        elif hidden_dim % num_heads:
-            raise ValueError(
-                "Without `key_dim`, `hidden_dim` must be divisible by `num_heads` (each "
-                f"head gets hidden_dim // num_heads features). Received: "
-                f"hidden_dim={hidden_dim}, num_heads={num_heads}"
-            )
-        if hidden_dim % 2:
-            raise ValueError(
-                "`hidden_dim` must be even: the relative sinusoids pair sine and cosine "
-                f"features. Received: hidden_dim={hidden_dim}"
-            )
         check_rate("dropout", dropout)
         check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
 
@@ -192,20 +177,11 @@ class TransformerXLLM(ModelConfig, keras.Model):
             x = final_layer_norm(x)
         logits = token_embedding(output_dropout(x), reverse=True)  # (B, T, V)
         next_memory = ops.stack(next_memories, axis=1)  # (B, L, M, d)
-        super().__init__(
-            inputs={
-                "token_ids": token_ids,
-                "memory": memory,
-                "memory_padding_mask": memory_padding_mask,
-            },
-            outputs={
-                "logits": logits,
-                "memory": next_memory,
-                "memory_padding_mask": next_memory_padding_mask,
-            },
-            dtype=dtype,
-            **kwargs,
-        )
+        inputs = {"token_ids": token_ids, "memory": memory,
+                  "memory_padding_mask": memory_padding_mask}
+        outputs = {"logits": logits, "memory": next_memory,
+                   "memory_padding_mask": next_memory_padding_mask}
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 
         # === Config ===
         self.store_arguments(locals())

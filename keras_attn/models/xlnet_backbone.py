@@ -96,11 +96,7 @@ class XLNetBackbone(ModelConfig, keras.Model):
                  layer_norm_epsilon=1e-12, two_stream=False, memory_length=None,
                  dtype=None, **kwargs):
         check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
-                                intermediate_dim)
-        if hidden_dim % 2:
-            raise ValueError(
-                "`hidden_dim` must be even: the relative sinusoids pair sine and cosine "
-                f"features. Received: hidden_dim={hidden_dim}")
+                                intermediate_dim, sinusoids="the relative sinusoids")
         check_rate("dropout", dropout)
         check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
         check_bool("two_stream", two_stream)

@@ -83,19 +83,8 @@ def align_word_labels(
     >>> out["word_ids"].to_list()
     [[-1, 0, 1, 1, -1], [-1, 0, 0, 0, -1]]
     """
-    if not isinstance(word_piece_ids, tf.RaggedTensor) or word_piece_ids.shape.rank != 3:
-        raise ValueError(
-            "`word_piece_ids` must be a RaggedTensor of shape (batch, words, pieces). "
-            f"Received: word_piece_ids={word_piece_ids!r}"
-        )
-    check_int("sequence_length", sequence_length, low=3,
-              meaning="[CLS], one subword, [SEP]", optional=True)
+    _check_alignment_arguments(word_piece_ids, sequence_length)
     pieces = word_piece_ids
-    if pieces.ragged_rank != 2:
-        raise ValueError(
-            "`word_piece_ids` must be ragged in both the word and the piece dimension "
-            f"(ragged_rank=2). Received: ragged_rank={pieces.ragged_rank}"
-        )
     dtype = pieces.dtype
     batch_size = pieces.nrows(out_type=tf.int32)
     words = pieces.values  # (total_words, None) subwords of each word
@@ -118,23 +107,7 @@ def align_word_labels(
     word_ids = per_piece(tf.gather(word_in_sentence, piece_word))  # (B, None)
     labels = None
     if word_labels is not None:
-        if isinstance(word_labels, tf.RaggedTensor):
-            flat_labels = word_labels.values  # (total_words,)
-            tf.debugging.assert_equal(
-                tf.cast(word_labels.row_lengths(), tf.int64),
-                tf.cast(pieces.row_lengths(), tf.int64),
-                message="`word_labels` must have one label per word of `word_piece_ids`.",
-            )
-        else:
-            word_labels = tf.convert_to_tensor(word_labels)
-            tf.debugging.assert_equal(
-                tf.cast(tf.shape(word_labels)[1], tf.int64),
-                tf.cast(pieces.row_lengths(), tf.int64),
-                message="Dense `word_labels` (B, W) need W words in every row of "
-                "`word_piece_ids`; pass a RaggedTensor for sentences of different lengths.",
-            )
-            flat_labels = tf.reshape(word_labels, [-1])  # (B * W,) == (total_words,)
-        flat_labels = tf.cast(flat_labels, tf.int32)
+        flat_labels = _flat_word_labels(word_labels, pieces)  # (total_words,)
         labels = per_piece(
             tf.where(is_first, tf.gather(flat_labels, piece_word), ignore_label)
         )  # (B, None)
@@ -156,24 +129,62 @@ def align_word_labels(
         if labels is not None:
             labels = labels[:, :body_length]
 
-    def column(value, value_dtype):  # (B, 1) ragged column of `value`
-        return tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.cast(value, value_dtype)))
-
-    def wrap(body, first, last, value_dtype):
-        return tf.concat([column(first, value_dtype), body, column(last, value_dtype)], axis=1)
-
-    token_ids = wrap(flat, cls_token_id, sep_token_id, dtype)
+    token_ids = _wrap(flat, cls_token_id, sep_token_id, dtype)
     outputs = {
         "token_ids": token_ids,
         "segment_ids": tf.zeros_like(token_ids, dtype=tf.int32),
         "padding_mask": tf.ones_like(token_ids, dtype=tf.bool),
-        "word_ids": wrap(word_ids, -1, -1, tf.int32),
+        "word_ids": _wrap(word_ids, -1, -1, tf.int32),
         "num_truncated_words": num_truncated_words,
         "num_words_without_pieces": num_words_without_pieces,
     }
     if labels is not None:
-        outputs["labels"] = wrap(labels, ignore_label, ignore_label, tf.int32)
+        outputs["labels"] = _wrap(labels, ignore_label, ignore_label, tf.int32)
     return outputs
+
+
+def _check_alignment_arguments(word_piece_ids, sequence_length):
+    if not isinstance(word_piece_ids, tf.RaggedTensor) or word_piece_ids.shape.rank != 3:
+        raise ValueError(
+            "`word_piece_ids` must be a RaggedTensor of shape (batch, words, pieces). "
+            f"Received: word_piece_ids={word_piece_ids!r}"
+        )
+    check_int("sequence_length", sequence_length, low=3,
+              meaning="[CLS], one subword, [SEP]", optional=True)
+    if word_piece_ids.ragged_rank != 2:
+        raise ValueError(
+            "`word_piece_ids` must be ragged in both the word and the piece dimension "
+            f"(ragged_rank=2). Received: ragged_rank={word_piece_ids.ragged_rank}"
+        )
+
+
+def _flat_word_labels(word_labels, pieces):
+    """`(total_words,)` int32 labels of every word in `pieces`' order, from ragged `(B, None)`
+    or dense `(B, W)` `word_labels`; asserts one label per word of each row of `pieces`."""
+    if isinstance(word_labels, tf.RaggedTensor):
+        tf.debugging.assert_equal(
+            tf.cast(word_labels.row_lengths(), tf.int64),
+            tf.cast(pieces.row_lengths(), tf.int64),
+            message="`word_labels` must have one label per word of `word_piece_ids`.",
+        )
+        return tf.cast(word_labels.values, tf.int32)  # (total_words,)
+    word_labels = tf.convert_to_tensor(word_labels)
+    tf.debugging.assert_equal(
+        tf.cast(tf.shape(word_labels)[1], tf.int64),
+        tf.cast(pieces.row_lengths(), tf.int64),
+        message="Dense `word_labels` (B, W) need W words in every row of "
+        "`word_piece_ids`; pass a RaggedTensor for sentences of different lengths.",
+    )
+    return tf.cast(tf.reshape(word_labels, [-1]), tf.int32)  # (B * W,) == (total_words,)
+
+
+def _wrap(body, first, last, dtype):
+    """`[first] + row + [last]` for each row of the ragged `(B, None)` `body`."""
+    def column(value):  # (B, 1)
+        return tf.RaggedTensor.from_tensor(
+            tf.fill([body.nrows(out_type=tf.int32), 1], tf.cast(value, dtype)))
+
+    return tf.concat([column(first), body, column(last)], axis=1)
 
 
 # ------------------------------------------------------------------------------------------------

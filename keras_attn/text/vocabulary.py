@@ -197,34 +197,8 @@ def train_wordpiece_vocabulary(
             f"`vocabulary_size` must exceed the number of reserved tokens "
             f"({len(reserved_tokens)}). Received: vocabulary_size={vocabulary_size}"
         )
-    if isinstance(texts_or_dataset, tf.data.Dataset):
-        dataset = texts_or_dataset
-        if dataset.element_spec.dtype != tf.string or dataset.element_spec.shape.rank not in (
-            0,
-            1,
-        ):
-            raise ValueError(
-                "`texts_or_dataset` must yield scalar or 1-D string tensors. "
-                f"Received: element_spec={dataset.element_spec}"
-            )
-    elif isinstance(texts_or_dataset, (list, tuple)):
-        bad = [i for i, text in enumerate(texts_or_dataset) if not isinstance(text, str)]
-        if bad:
-            raise ValueError(
-                f"`texts_or_dataset` must hold str; item {bad[0]} is "
-                f"{type(texts_or_dataset[bad[0]]).__name__}. Received: "
-                f"texts_or_dataset[{bad[0]}]={texts_or_dataset[bad[0]]!r}"
-            )
-        if not texts_or_dataset:
-            raise ValueError("`texts_or_dataset` is empty. Received: texts_or_dataset=[]")
-        dataset = tf.data.Dataset.from_tensor_slices(list(texts_or_dataset)).batch(batch_size)
-    else:
-        raise ValueError(
-            "`texts_or_dataset` must be a list of str or a tf.data.Dataset of strings. "
-            f"Received: texts_or_dataset={type(texts_or_dataset).__name__}"
-        )
     tokens = bert_vocab_from_dataset.bert_vocab_from_dataset(
-        dataset,
+        _text_dataset(texts_or_dataset, batch_size),
         vocab_size=vocabulary_size,
         reserved_tokens=reserved_tokens,
         bert_tokenizer_params={"lower_case": bool(lowercase)},
@@ -236,3 +210,31 @@ def train_wordpiece_vocabulary(
     )
     check_vocabulary(tokens, special_tokens=reserved_tokens)
     return tokens
+
+
+def _text_dataset(texts_or_dataset, batch_size):
+    """`texts_or_dataset` as a `tf.data.Dataset` of scalar or 1-D strings (a list of str is
+    batched by `batch_size`); a clear error for anything else."""
+    if isinstance(texts_or_dataset, tf.data.Dataset):
+        spec = texts_or_dataset.element_spec
+        if spec.dtype != tf.string or spec.shape.rank not in (0, 1):
+            raise ValueError(
+                "`texts_or_dataset` must yield scalar or 1-D string tensors. "
+                f"Received: element_spec={spec}"
+            )
+        return texts_or_dataset
+    if not isinstance(texts_or_dataset, (list, tuple)):
+        raise ValueError(
+            "`texts_or_dataset` must be a list of str or a tf.data.Dataset of strings. "
+            f"Received: texts_or_dataset={type(texts_or_dataset).__name__}"
+        )
+    bad = [i for i, text in enumerate(texts_or_dataset) if not isinstance(text, str)]
+    if bad:
+        raise ValueError(
+            f"`texts_or_dataset` must hold str; item {bad[0]} is "
+            f"{type(texts_or_dataset[bad[0]]).__name__}. Received: "
+            f"texts_or_dataset[{bad[0]}]={texts_or_dataset[bad[0]]!r}"
+        )
+    if not texts_or_dataset:
+        raise ValueError("`texts_or_dataset` is empty. Received: texts_or_dataset=[]")
+    return tf.data.Dataset.from_tensor_slices(list(texts_or_dataset)).batch(batch_size)

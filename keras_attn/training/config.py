@@ -32,6 +32,7 @@ from keras_attn.training.task_registry import BERT_CHECKPOINT_TASKS
 from keras_attn.training.task_registry import CHARACTER_LM_TASKS
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import PRETRAINING_TASKS
+from keras_attn.training.task_registry import TAGGING_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
@@ -292,9 +293,9 @@ class TrainingConfig(_Section):
                               "trains a GPT or encoder-decoder model: use `model.preset`.",
                               self.source)
         self._check_quantization_keys()
-        if self.model.use_crf and self.task != "ner":
-            raise ConfigError(f"`model.use_crf` is for task 'ner'. Received: task={self.task!r}",
-                              self.source)
+        if self.model.use_crf and self.task not in TAGGING_TASKS:
+            raise ConfigError(f"`model.use_crf` is for the tagging tasks {list(TAGGING_TASKS)}. "
+                              f"Received: task={self.task!r}", self.source)
         self._check_language_model_keys()
         if self.distribute.strategy == "tpu" and self.train.mixed_precision == "mixed_float16":
             raise ConfigError("TPUs train in bfloat16: use train.mixed_precision=mixed_bfloat16.",

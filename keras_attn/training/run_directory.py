@@ -29,6 +29,7 @@ import keras
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.config import TrainingConfig
+from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 
 # Which command writes each file (an error for a missing file says so).
 WRITTEN_BY = {
@@ -36,7 +37,7 @@ WRITTEN_BY = {
     "tokenizer.json": "keras-attn train CONFIG (at its start)",
     "lineage.json": "keras-attn train CONFIG (at its start)",
     "vocab.txt": "keras-attn train CONFIG (at its start)",
-    "labels.txt": "keras-attn train CONFIG of a classification or ner task",
+    "labels.txt": f"keras-attn train CONFIG of a {' or '.join(DEPLOYABLE_TASKS)} task",
     "model.keras": "a finished keras-attn train CONFIG (re-run it to resume from "
                    "checkpoints/) or keras-attn quantize RUN",
     "metrics.json": "a finished keras-attn train CONFIG or keras-attn quantize RUN",
@@ -148,7 +149,8 @@ class RunDirectory:
         if settings.kind != "wordpiece":
             raise RunDirectoryError(
                 f"{self.path}: a {settings.kind} language-model run has no WordPiece "
-                "tokenizer; predict, explain and export take classification and ner runs")
+                f"tokenizer; predict, explain and export take {' and '.join(DEPLOYABLE_TASKS)} "
+                "runs")
         return WordPieceTokenizer(str(self.file("vocab.txt")), lowercase=settings.lowercase,
                                   sequence_length=sequence_length or settings.max_length)
 

@@ -24,6 +24,8 @@ class TaskSpec:
         pretraining: its encoder is fine-tuned by the `fine_tunes_pretraining` tasks.
         character_tokenizer: `model.tokenizer` may be `characters` or `bytes` (language
             models over raw text); the others read WordPiece.
+        token_labels: its labels name word pieces (a tagger, logits `(batch, sequence,
+            labels)`); a deployable task without it labels whole texts (`(batch, labels)`).
         deployable: a labelled BERT model (classifier or tagger): `keras-attn quantize`,
             `export`, `predict`, `explain` and `serve` take its runs.
     """
@@ -34,14 +36,30 @@ class TaskSpec:
     fine_tunes_pretraining: bool = False
     pretraining: bool = False
     character_tokenizer: bool = False
+    token_labels: bool = False
     deployable: bool = False
+
+    @property
+    def logits_layout(self):
+        """The layout of a deployable task model's logits, for messages and shape checks.
+
+        Example:
+        >>> task_spec("ner").logits_layout
+        '(batch, sequence, labels)'
+        """
+        return "(batch, sequence, labels)" if self.token_labels else "(batch, labels)"
+
+    @property
+    def logits_rank(self):
+        """The rank of `logits_layout`: 3 for a tagger, 2 for a text classifier."""
+        return 3 if self.token_labels else 2
 
 
 TASK_SPECS = (
     TaskSpec("classification", "a BERT sentence classifier", bert_checkpoint=True,
              fine_tunes_pretraining=True, deployable=True),
     TaskSpec("ner", "a BERT token tagger (optionally with a CRF)", bert_checkpoint=True,
-             fine_tunes_pretraining=True, deployable=True),
+             fine_tunes_pretraining=True, token_labels=True, deployable=True),
     TaskSpec("mlm", "a BERT masked language model", bert_checkpoint=True, pretraining=True),
     TaskSpec("causal_lm", "a GPT language model", character_tokenizer=True),
     TaskSpec("seq2seq", "an encoder-decoder Transformer"),
@@ -85,3 +103,18 @@ FINE_TUNING_TASKS = tasks_with("fine_tunes_pretraining")
 PRETRAINING_TASKS = tasks_with("pretraining")
 CHARACTER_LM_TASKS = tasks_with("character_tokenizer")
 DEPLOYABLE_TASKS = tasks_with("deployable")
+TAGGING_TASKS = tasks_with("token_labels")
+
+
+def check_deployable(task, name="task"):
+    """Raises unless `task` is one of `DEPLOYABLE_TASKS` (the message lists them).
+
+    Example:
+    >>> check_deployable("mlm")
+    Traceback (most recent call last):
+    ...
+    ValueError: `task` must be one of ['classification', 'ner']. Received: task='mlm'
+    """
+    if task not in DEPLOYABLE_TASKS:
+        raise ValueError(f"`{name}` must be one of {list(DEPLOYABLE_TASKS)}. "
+                         f"Received: {name}={task!r}")

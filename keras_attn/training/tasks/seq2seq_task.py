@@ -5,6 +5,7 @@ import collections
 
 import numpy as np
 
+from keras_attn.layers.validation import check_int
 from keras_attn.models.masked_sparse_categorical_crossentropy import (
     MaskedSparseCategoricalCrossentropy,
 )
@@ -37,9 +38,7 @@ def read_pairs(path, source_column=0, target_column=1):
     """
     for name, value in (("data.text_column", source_column),
                         ("data.target_column", target_column)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"seq2seq reads TSV columns by index: `{name}` must be an int. "
-                             f"Received: {name}={value!r}")
+        check_int(name, value, meaning="seq2seq reads TSV columns by index")
     pairs = []
     for number, line in read_lines(path):
         if not line.strip():
