@@ -95,9 +95,9 @@ def introduction(export_options=None, tasks=tuple(DEMO_TASKS), model=None,
     Example:
     >>> print(introduction(tasks=("entities",)))  # doctest: +NORMALIZE_WHITESPACE
     keras-attn demo: fine-tune MiniLM-L6 on the embedded sample data (named entities),
-    quantize to int8 (ranges calibrated on 128 training examples, no fine-tuning; residual
-    sums and LayerNorm internals float; the 4 widest feed-forward channels of each block
-    float), export every artifact
+    quantize to int8 (ranges calibrated on up to 512 training examples drawn at random, no
+    fine-tuning; residual sums and LayerNorm internals float; the 4 widest feed-forward
+    channels of each block float), export every artifact
       output: runs/demo; re-running reuses finished steps
     """
     options = export_options or ExportOptions()

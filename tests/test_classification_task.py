@@ -316,3 +316,24 @@ def test_missing_checkpoint_directory_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"model\.checkpoint=.*pretrain: no such directory.*"
                                           r"train that run first"):
         ClassificationTask(config, tmp_path / "run").prepare()
+
+
+def test_calibration_batches_are_a_seeded_sample_of_the_whole_file(tmp_path):
+    # The first rows of a file can be one source or one length: a file whose first half
+    # is 2-word texts and second half 8-word texts must give calibration texts of both.
+    rows = [f"{' '.join(['the'] * (2 if i < 150 else 8))} good\t1" for i in range(300)]
+    train_file = write(tmp_path / "train.tsv", ["sentence\tlabel"] + rows)
+    task = ClassificationTask(make_config(tmp_path, train_file), tmp_path / "run")
+    task.prepare()
+    sample = task.calibration_sample(100)
+    indices = [next(i for i, e in enumerate(task.train_examples) if e is example)
+               for example in sample]
+    assert len(set(indices)) == 100 and indices == sorted(indices)  # distinct, file order
+    assert 30 < sum(i >= 150 for i in indices) < 70  # from both halves
+    assert [id(e) for e in task.calibration_sample(100)] == [id(e) for e in sample]
+    assert len(task.calibration_sample(1000)) == 300  # all of them when there are fewer
+    batches = task.input_batches(100, batch_size=8)
+    assert [len(x["token_ids"]) for x in batches] == [8] * 12 + [4]
+    lengths = [int(np.sum(x["padding_mask"])) for x in batches]
+    expected = [sum(len(e["token_ids"]) for e in sample[i: i + 8]) for i in range(0, 100, 8)]
+    assert lengths == expected

@@ -18,7 +18,7 @@ def parse(*flags):
 def test_defaults_are_the_measured_recipe():
     recipe = QuantizationRecipe()
     assert recipe.layout() == {"float_residual": True, "feedforward_float_channels": 4}
-    assert recipe.qat_epochs == 0 and recipe.calibration_examples == 128
+    assert recipe.qat_epochs == 0 and recipe.calibration_examples == 512
     assert QuantizationRecipe.all_int8().layout() == {"float_residual": False,
                                                       "feedforward_float_channels": 0}
 

@@ -150,9 +150,9 @@ def test_report_markdown_lists_every_artifact(classification):
     assert "QAT model (`model_int8.tflite`): 1 epoch(s) of quantization-aware fine-tuning, " \
            "learning rate: the run's / 10; every activation int8 (--all-int8)." in markdown
     default = dict(report, quantization=QuantizationRecipe().to_dict())
-    assert "QAT model (`model_int8.tflite`): ranges calibrated on 128 training examples, no " \
-           "fine-tuning; residual sums and LayerNorm internals float; the 4 widest " \
-           "feed-forward channels of each block float." in report_markdown(default)
+    assert "QAT model (`model_int8.tflite`): ranges calibrated on up to 512 training examples " \
+           "drawn at random, no fine-tuning; residual sums and LayerNorm internals float; " \
+           "the 4 widest feed-forward channels of each block float." in report_markdown(default)
     # A report written before the recipe was recorded describes its options the same way.
     legacy = dict(report, quantization=None, options={
         "qat_epochs": 0, "float_residual": True, "feedforward_float_channels": 4,
@@ -298,7 +298,7 @@ def test_export_results_script_checks_the_targets(classification, tmp_path, monk
     module.main(["--only", "sst2_minilm", "--runs-dir", "r", "--artifacts-dir", "a",
                  "--results", str(page)])
     assert calls[-1] == ("sst2_minilm", "r", "a", [])
-    assert "with the default recipe (ranges calibrated on 128 training examples" in \
+    assert "with the default recipe (ranges calibrated on up to 512 training examples" in \
            page.read_text()
     assert "| int8 size <= 27 % of fp32 |" in text
 

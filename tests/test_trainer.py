@@ -406,7 +406,7 @@ def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
                      write_files=False)
     task.prepare()
     reference = QatBert.from_float(keras.models.load_model(tmp_path / "float" / "model.keras"))
-    examples = task.train_examples[:QuantizationRecipe().calibration_examples]
+    examples = task.calibration_sample(QuantizationRecipe().calibration_examples)
     reference.calibrate(task.collate(examples[i: i + 8])[0] for i in range(0, len(examples), 8))
     batches = task.input_batches(QuantizationRecipe().calibration_examples)
     assert sum(len(x["token_ids"]) for x in batches) == len(examples)

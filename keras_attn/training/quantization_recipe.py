@@ -37,7 +37,9 @@ class QuantizationRecipe:
         qat_learning_rate: peak learning rate of QAT; `None` is a tenth of the run's.
         qat_max_steps: cap on QAT updates (quick runs).
         calibration_examples: training examples whose inference-mode min/max set the
-            activation ranges (QAT starts from them too; PTQ calibrates on them).
+            activation ranges (QAT starts from them too; PTQ calibrates on them): a seeded
+            sample of the whole training file (`Task.calibration_sample`), all of it when
+            smaller.
 
     Example:
     >>> recipe = QuantizationRecipe()
@@ -59,7 +61,8 @@ class QuantizationRecipe:
         None, "QAT peak learning rate (default: the run's / 10)", float)
     qat_max_steps: int = _setting(None, "cap on QAT updates", int)
     calibration_examples: int = _setting(
-        128, "training examples calibrating the activation ranges", int)
+        512, "training examples calibrating the activation ranges (a seeded sample of the "
+             "whole training file)", int)
 
     def __post_init__(self):
         check_bool("float_residual", self.float_residual)
@@ -135,8 +138,8 @@ class QuantizationRecipe:
     def describe(self):
         """One line saying how the int8 model is made (export report, logs)."""
         if self.qat_epochs == 0:
-            how = (f"ranges calibrated on {self.calibration_examples} training examples, no "
-                   "fine-tuning")
+            how = (f"ranges calibrated on up to {self.calibration_examples} training examples "
+                   "drawn at random, no fine-tuning")
         else:
             how = (f"{self.qat_epochs} epoch(s) of quantization-aware fine-tuning"
                    + (f", at most {self.qat_max_steps} updates" if self.qat_max_steps else "")

@@ -27,6 +27,9 @@ from keras_attn.training.task_registry import PRETRAINING_TASKS
 
 PAD_MULTIPLE = 8
 
+# The seed of `Task.calibration_sample`: every stage calibrating a run draws the same examples.
+CALIBRATION_SEED = 0
+
 
 def padded_length(lengths, max_length):
     """Common length of a batch: its longest example rounded up to a multiple of 8 (so few
@@ -83,12 +86,29 @@ class Task(abc.ABC):
         """Reads and encodes the data (`self.{train,dev,test}_examples`)."""
 
     def input_batches(self, count, batch_size=8):
-        """The `collate`d inputs of the first `count` training examples, `batch_size` at
-        a time: the batches that set a QAT model's activation ranges (the trainer before
-        QAT, the exporter for calibration)."""
-        examples = self.train_examples[:count]
+        """The `collate`d inputs of `count` training examples, `batch_size` at a time: the
+        batches that set a QAT model's activation ranges (the trainer before QAT, the
+        quantize stage, the exporter's representative data).
+
+        The examples are `calibration_sample(count)`, spread over the whole file."""
+        examples = self.calibration_sample(count)
         return [self.collate(examples[start: start + batch_size])[0]
                 for start in range(0, len(examples), batch_size)]
+
+    def calibration_sample(self, count):
+        """`count` training examples drawn at random (seeded: the same ones every time), in
+        file order; all of them when there are fewer.
+
+        A file's first examples can be one document, one source or one length (CoNLL-2003
+        is in document order; SST-2's training phrases come sentence by sentence): a sample
+        of the whole file gives activation ranges that fit the whole of it. See
+        docs/export.md ("Which training examples calibrate") for what it measured."""
+        examples = self.train_examples
+        if count >= len(examples):
+            return list(examples)
+        picked = np.random.default_rng(CALIBRATION_SEED).choice(len(examples), count,
+                                                                 replace=False)
+        return [examples[i] for i in np.sort(picked)]
 
     def lengths(self, examples):
         """Token count of each example (bucketing, tokens/s)."""
