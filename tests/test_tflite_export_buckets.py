@@ -36,7 +36,8 @@ def batch(seed, size, lengths=None):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(2, LENGTH + 1, size) if lengths is None else lengths
     mask = (np.arange(LENGTH)[None] < np.asarray(lengths)[:, None]).astype("int32")
-    return {"token_ids": (rng.integers(5, VOCAB, (size, LENGTH)) * mask).astype("int32"),
+    ids = rng.integers(5, min(VOCAB, SIZED_VOCAB), (size, LENGTH))  # in both vocabularies
+    return {"token_ids": (ids * mask).astype("int32"),
             "segment_ids": np.zeros((size, LENGTH), "int32"), "padding_mask": mask}
 
 
