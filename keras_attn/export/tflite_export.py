@@ -384,8 +384,8 @@ class BucketedTFLite:
     Example (with a file written by `export_tflite(..., buckets=bucket_lengths(128))`):
 
         model = BucketedTFLite(Interpreter(model_path="model_int8_buckets.tflite"))
-        model.lengths        # (16, 32, 64, 128)
-        logits = model(x)    # x: (1, 128) inputs of 20 real tokens -> runs `tokens_32`
+        model.lengths        # (16, 24, 32, 48, 64, 96, 128)
+        logits = model(x)    # x: (1, 128) inputs of 20 real tokens -> runs `tokens_24`
     """
 
     def __init__(self, interpreter):

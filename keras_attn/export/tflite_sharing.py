@@ -7,7 +7,7 @@ channel, 12 bytes a channel, written again in every subgraph that uses the weigh
 (measured on MiniLM-L6, 21,122 channels: 253 KB per signature in dynamic int8, 509 KB in
 full int8, where the activations' scales add the rest). A length-bucketed file
 (`export_tflite(..., buckets=...)`) has one subgraph per bucket, so this was most of its
-growth over the fixed-length file (SST-2 int8 with buckets [16, 32, 64]: +5.2 %).
+growth over the fixed-length file (SST-2 int8 with buckets [16, 32, 64]: +5.1 %).
 
 A FlatBuffer may reference one table from many places; `share_quantization_parameters`
 rewrites the model with each distinct table written once and every tensor with those
