@@ -5,7 +5,7 @@ subgraph has its own tensor table, and each tensor its own `QuantizationParamete
 per-channel int8 weight that is one float32 scale and one int64 zero point per output
 channel, 12 bytes a channel, written again in every subgraph that uses the weight
 (measured on MiniLM-L6, 21,122 channels: 253 KB per signature in dynamic int8, 509 KB in
-full int8, where the activations' scales add the rest). A length-bucketed file
+full int8, where the biases' and activations' tables add the rest). A length-bucketed file
 (`export_tflite(..., buckets=...)`) has one subgraph per bucket, so this was most of its
 growth over the fixed-length file (SST-2 int8 with buckets [16, 32, 64]: +5.1 %).
 
@@ -13,7 +13,9 @@ A FlatBuffer may reference one table from many places; `share_quantization_param
 rewrites the model with each distinct table written once and every tensor with those
 values pointing at it. Nothing else changes: the rewritten model unpacks to the same
 `ModelT` (tensors, buffers, operators, signatures), so the interpreter computes the same
-outputs bit for bit. Constant buffers keep the converter's 16-byte alignment.
+outputs bit for bit. Constant buffers start at multiples of 16 bytes, as the schema asks
+(`force_align: 16`; the converter's own output does not always, and `flatbuffer_utils`
+aligns to 1).
 """
 
 import flatbuffers
@@ -21,7 +23,7 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 
 TFLITE_FILE_IDENTIFIER = b"TFL3"
-# The schema's `force_align: 16` on `Buffer.data`, which the converter honours.
+# The schema's `force_align: 16` on `Buffer.data`.
 BUFFER_ALIGNMENT = 16
 
 
@@ -53,7 +55,8 @@ class _AlignedBuffer(schema.BufferT):
         data = None
         if self.data is not None and len(self.data):
             payload = np.asarray(self.data, np.uint8)
-            builder.Prep(BUFFER_ALIGNMENT, payload.size)  # pads so the data ends aligned
+            # Padding so that the vector's data, written next, starts aligned.
+            builder.Prep(BUFFER_ALIGNMENT, payload.size)
             data = builder.CreateNumpyVector(payload)
         schema.BufferStart(builder)
         if data is not None:
