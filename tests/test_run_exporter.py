@@ -350,8 +350,8 @@ def test_length_buckets_give_the_fixed_files_results(ner, classification):
         assert bucketed["metric"] == fixed["metric"], variant
         assert abs(bucketed["agreement"] - fixed["agreement"]) <= 0.02, variant
         assert bucketed["ops"] == fixed["ops"], variant
-        # In this tiny model the extra subgraphs' op tables weigh as much as the weights.
-        assert fixed["size_bytes"] < bucketed["size_bytes"] < 2 * fixed["size_bytes"], variant
+        # In this tiny model each extra subgraph's op tables weigh as much as the weights.
+        assert fixed["size_bytes"] < bucketed["size_bytes"] < 3 * fixed["size_bytes"], variant
     assert abs(table["model_fp32_buckets.tflite"]["max_abs_logit_diff"]
                - table["model_fp32.tflite"]["max_abs_logit_diff"]) <= 1e-5
     section = report["length_buckets"]
