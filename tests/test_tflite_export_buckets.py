@@ -131,7 +131,7 @@ def quantization_tables(path):
 
 def test_weights_are_stored_once(bucketed):
     """Three signatures, one copy of the weights: the constants only the two shorter
-    signatures use are their position-table slices ((8 + 16) x 64 float32 in fp32) and a
+    signatures use are their position-table slices ((8 + 16) x 16 float32 in fp32) and a
     few small ones (all but PTQ)."""
     for variant, result in bucketed.items():
         total, default = weight_bytes(result["path"])

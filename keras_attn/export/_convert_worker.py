@@ -104,8 +104,7 @@ def main(job_path):
         directory = _saved_model(graph, lengths, os.path.join(job["work_dir"], variant))
         float_residual = variant == "int8" and getattr(model, "float_residual", False)
         content = _converter(variant, directory, examples, lengths, float_residual).convert()
-        # One copy of each weight's per-channel scales, not one per signature (and the
-        # converter's tables repacked: ~1 % smaller even with one signature).
+        # One copy of each weight's per-channel scales, not one per signature.
         content = share_quantization_parameters(content)
         with open(job["outputs"][variant], "wb") as f:
             f.write(content)

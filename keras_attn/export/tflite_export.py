@@ -67,8 +67,8 @@ def bucket_lengths(sequence_length, smallest=SMALLEST_BUCKET):
     Two steps per doubling pad an input by at most a third of its bucket instead of a half.
     Measured on SST-2 dev (MiniLM-L6 fp32, length 64, median 24 tokens; docs/export.md):
     p50 0.62x the fixed file with 16 / 32 / 64, 0.58x with 16 / 24 / 32 / 48 / 64. Each
-    more signature adds its op tables (~60-90 KB in MiniLM's int8 files) and, in float
-    files, its slice of the position table.
+    more signature adds its op tables (~55 KB in MiniLM's float and dynamic int8 files,
+    ~90 KB in int8) and, in float files, its slice of the position table.
 
     Example:
     >>> bucket_lengths(128), bucket_lengths(48), bucket_lengths(16)
