@@ -88,7 +88,7 @@ def ner(tmp_path_factory):
                       "test": write_conll(root / "test.txt", 24, 2), "max_length": 16}
     values["model"]["vocabulary"] = str(root / "vocab.txt")
     run = train_run(root / "run", values)
-    # Length buckets 8 and 16 (the default smallest bucket, 16, is this run's max length).
+    # Length buckets 8, 12 and 16 (the default smallest bucket, 16, is this run's max length).
     report = export_run(run, root / "export", options(quantization=QuantizationRecipe(),
                                                       smallest_bucket=8))
     return run, root / "export", report
@@ -340,7 +340,7 @@ def test_tflite_files_are_self_describing_and_run_in_mediapipe(classification, n
 
 
 def test_length_buckets_give_the_fixed_files_results(ner, classification):
-    """`model_<variant>_buckets.tflite` (lengths 8 and 16): scored picking the shortest
+    """`model_<variant>_buckets.tflite` (lengths 8, 12 and 16): scored picking the shortest
     bucket, same results as the fixed files (fp32 logits within 1e-5 of them), timed against
     them over the evaluation examples; `keras-attn predict` picks buckets too."""
     _, export_dir, report = ner
@@ -350,12 +350,12 @@ def test_length_buckets_give_the_fixed_files_results(ner, classification):
         assert bucketed["metric"] == fixed["metric"], variant
         assert abs(bucketed["agreement"] - fixed["agreement"]) <= 0.02, variant
         assert bucketed["ops"] == fixed["ops"], variant
-        # In this tiny model the extra subgraphs' op tables weigh as much as the weights.
-        assert fixed["size_bytes"] < bucketed["size_bytes"] < 2 * fixed["size_bytes"], variant
+        # In this tiny model each extra subgraph's op tables weigh as much as the weights.
+        assert fixed["size_bytes"] < bucketed["size_bytes"] < 3 * fixed["size_bytes"], variant
     assert abs(table["model_fp32_buckets.tflite"]["max_abs_logit_diff"]
                - table["model_fp32.tflite"]["max_abs_logit_diff"]) <= 1e-5
     section = report["length_buckets"]
-    assert section["lengths"] == [8, 16] and set(section["latency"]) == {
+    assert section["lengths"] == [8, 12, 16] and set(section["latency"]) == {
         "fp32", "dynamic_int8", "int8"}
     assert sum(section["bucket_counts"].values()) == section["examples"] == 24
     for latency in section["latency"].values():

@@ -20,9 +20,15 @@ pytestmark = pytest.mark.tensorflow  # TFLite: TensorFlow only
 
 # A vocabulary large enough that the weights, not the graph, make most of the file, as in
 # real models (MiniLM: 30,522 x 384 embeddings).
-VOCAB, LENGTH, BUCKETS = 3000, 32, (8, 16, 32)
+VOCAB, HIDDEN, LENGTH, BUCKETS = 3000, 16, 32, (8, 16, 32)
+# The size test's model: MiniLM's width (384), at which, as in MiniLM, a weight's
+# per-channel scales are a large part of a signature's tables (one block, so that it
+# converts fast).
+SIZED_VOCAB, SIZED_HIDDEN = 1000, 384
 # int8_ptq: the converter calibrates every signature on the examples that fit it.
 VARIANTS = ("fp32", "dynamic_int8", "int8", "int8_ptq")
+# The bucketed files of the export (the issue's bound: within 5 % of the fixed file).
+EXPORTED_VARIANTS = ("fp32", "dynamic_int8", "int8")
 
 
 def batch(seed, size, lengths=None):
@@ -30,18 +36,20 @@ def batch(seed, size, lengths=None):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(2, LENGTH + 1, size) if lengths is None else lengths
     mask = (np.arange(LENGTH)[None] < np.asarray(lengths)[:, None]).astype("int32")
-    return {"token_ids": (rng.integers(5, VOCAB, (size, LENGTH)) * mask).astype("int32"),
+    ids = rng.integers(5, min(VOCAB, SIZED_VOCAB), (size, LENGTH))  # in both vocabularies
+    return {"token_ids": (ids * mask).astype("int32"),
             "segment_ids": np.zeros((size, LENGTH), "int32"), "padding_mask": mask}
 
 
-def tiny_backbone():
-    return BertBackbone(vocabulary_size=VOCAB, num_layers=2, num_heads=2, hidden_dim=16,
-                        intermediate_dim=32, max_sequence_length=LENGTH)
+def tiny_backbone(vocabulary_size=VOCAB, hidden_dim=HIDDEN, num_layers=2):
+    return BertBackbone(vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=2,
+                        hidden_dim=hidden_dim, intermediate_dim=2 * hidden_dim,
+                        max_sequence_length=LENGTH)
 
 
-def tiny_qat_classifier():
+def tiny_qat_classifier(backbone=None):
     keras.utils.set_random_seed(0)
-    model = BertClassifier(tiny_backbone(), num_classes=3)
+    model = BertClassifier(backbone or tiny_backbone(), num_classes=3)
     logits = model.get_layer("logits")
     logits.kernel.assign(logits.kernel.numpy() * 50)  # trained-like logit scale
     qat = QatBert.from_float(model, float_residual=True)
@@ -78,13 +86,16 @@ def weight_bytes(path):
     return sum(size.values()), sum(size[b] for b in used[0])
 
 
-def test_bucket_lengths_are_powers_of_two_then_the_sequence_length():
-    assert bucket_lengths(128) == (16, 32, 64, 128)
-    assert bucket_lengths(64) == (16, 32, 64)
-    assert bucket_lengths(48) == (16, 32, 48)
+def test_bucket_lengths_are_powers_of_two_and_midpoints_then_the_sequence_length():
+    assert bucket_lengths(128) == (16, 24, 32, 48, 64, 96, 128)
+    assert bucket_lengths(64) == (16, 24, 32, 48, 64)
+    assert bucket_lengths(48) == (16, 24, 32, 48)
+    assert bucket_lengths(40) == (16, 24, 32, 40)
+    assert bucket_lengths(17) == (16, 17)
     assert bucket_lengths(16) == (16,)
     assert bucket_lengths(10) == (10,)
-    assert bucket_lengths(32, smallest=8) == BUCKETS
+    assert bucket_lengths(16, smallest=8) == (8, 12, 16)
+    assert bucket_lengths(6, smallest=1) == (1, 2, 3, 4, 6)  # no 1 twice (1 * 3 // 2 = 1)
 
 
 def test_one_signature_per_bucket_with_serving_default_first(bucketed):
@@ -101,20 +112,46 @@ def test_one_signature_per_bucket_with_serving_default_first(bucketed):
         assert result["custom_ops"] == []
 
 
+def quantization_tables(path):
+    """Per subgraph, {buffer index: position in the file of the quantization table} of the
+    tensors with a constant buffer (the weights) and per-channel quantization."""
+    with open(path, "rb") as f:
+        model = schema.Model.GetRootAsModel(bytearray(f.read()), 0)
+    tables = []
+    for s in range(model.SubgraphsLength()):
+        graph, found = model.Subgraphs(s), {}
+        for t in range(graph.TensorsLength()):
+            tensor = graph.Tensors(t)
+            params = tensor.Quantization()
+            if params is not None and params.ScaleLength() > 1:
+                found[tensor.Buffer()] = params._tab.Pos
+        tables.append(found)
+    return tables
+
+
 def test_weights_are_stored_once(bucketed):
     """Three signatures, one copy of the weights: the constants only the two shorter
     signatures use are their position-table slices ((8 + 16) x 16 float32 in fp32) and a
     few small ones (all but PTQ)."""
     for variant, result in bucketed.items():
         total, default = weight_bytes(result["path"])
-        assert default > VOCAB * 16  # the embeddings (int8 in int8 files) are among them
+        assert default > VOCAB * HIDDEN  # the embeddings (int8 in int8 files) are among them
         if variant == "int8_ptq":
             # Except PTQ: each signature is calibrated on its own inputs, and the embedding
             # table, quantized with its gathered output's range, comes out once more (which
             # is why the export writes no PTQ buckets).
-            assert VOCAB * 16 <= total - default < 2 * VOCAB * 16, (total, default)
+            assert VOCAB * HIDDEN <= total - default < 2 * VOCAB * HIDDEN, (total, default)
             continue
-        assert 0 < total - default <= (8 + 16) * 16 * 4 + 512, (variant, total, default)
+        assert 0 < total - default <= (8 + 16) * HIDDEN * 4 + 512, (variant, total, default)
+
+
+def test_weight_scales_are_stored_once(bucketed):
+    """Each weight's per-channel scales and zero points (12 bytes a channel) are one table
+    that the tensors of every signature point to, not one copy per signature (which made
+    the int8 MiniLM buckets file 5-8 % larger than the fixed one)."""
+    default, *shorter = quantization_tables(bucketed["int8"]["path"])
+    assert len(default) >= 2 * 6  # q, k, v, output and two FFN kernels per block
+    assert shorter == [default, default]
 
 
 def test_every_bucket_gives_the_fixed_models_outputs(bucketed):
@@ -162,9 +199,12 @@ def test_a_taggers_bucket_outputs_are_padded_to_the_full_length(tmp_path):
 @pytest.mark.slow
 def test_bucketed_file_matches_the_fixed_file(tmp_path):
     """The fixed-length file of the same model: same ops in its one subgraph, the same
-    outputs (fp32 within 1e-5; int8 and dynamic int8 the same argmax) and a file a few
-    percent larger (two more subgraphs of ops; in this tiny model they weigh 10-20 %)."""
-    qat, calibration = tiny_qat_classifier()
+    outputs (fp32 within 1e-5; int8 and dynamic int8 the same argmax) and, for the variants
+    the export writes with buckets, a file at most 5 % larger (the issue's bound; two more
+    signatures' op tables: measured +0.9 % fp32, +3.4 % dynamic int8, +2.1 % int8, which
+    were +7.5 % and +10.4 % with the weight scales written in every signature)."""
+    qat, calibration = tiny_qat_classifier(
+        tiny_backbone(SIZED_VOCAB, SIZED_HIDDEN, num_layers=1))
     fixed = export_tflite(qat, str(tmp_path), VARIANTS, LENGTH, calibration)
     bucketed = export_tflite(qat, str(tmp_path), VARIANTS, LENGTH, calibration,
                              buckets=BUCKETS)
@@ -173,6 +213,9 @@ def test_bucketed_file_matches_the_fixed_file(tmp_path):
         assert bucketed[variant]["ops"] == fixed[variant]["ops"], variant
         assert weight_bytes(fixed[variant]["path"])[0] == \
             weight_bytes(bucketed[variant]["path"])[1], variant
+        if variant in EXPORTED_VARIANTS:
+            ratio = bucketed[variant]["size_bytes"] / fixed[variant]["size_bytes"]
+            assert 1.0 < ratio <= 1.05, (variant, ratio)
         expected = run_tflite(fixed[variant]["path"], x)
         out = run_tflite(bucketed[variant]["path"], x)
         if variant == "fp32":

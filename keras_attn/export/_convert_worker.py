@@ -15,6 +15,7 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 
 from keras_attn.export.tflite_export import INPUT_NAMES
 from keras_attn.export.tflite_export import bucket_signature
+from keras_attn.export.tflite_sharing import share_quantization_parameters
 
 # Registers QatBert and its layers for `keras.saving.load_model`.
 from keras_attn.quantization.qat_bert import QatBert  # noqa: F401
@@ -36,8 +37,10 @@ def _saved_model(model, lengths, directory):
         # Weights become graph constants: saved as variables they stay VAR_HANDLE /
         # READ_VARIABLE ops in the TFLite model and their FakeQuants are not turned into
         # int8 scales (measured with Keras 3 variables tracked by a tf.Module). The
-        # converter stores a constant that several signatures use once (measured: the
-        # buckets file is the fixed one plus its extra subgraphs' ops and position slices).
+        # converter stores a constant that several signatures use once; the weights'
+        # quantization parameters, per subgraph, are shared by the worker afterwards
+        # (`tflite_sharing`). What each more signature adds is its ops and tensor tables
+        # and, in float files, its slice of the position table.
         key = bucket_signature(length, max(lengths))
         signatures[key] = convert_variables_to_constants_v2(serve.get_concrete_function())
     tf.saved_model.save(tf.Module(), directory, signatures=signatures)
@@ -101,6 +104,8 @@ def main(job_path):
         directory = _saved_model(graph, lengths, os.path.join(job["work_dir"], variant))
         float_residual = variant == "int8" and getattr(model, "float_residual", False)
         content = _converter(variant, directory, examples, lengths, float_residual).convert()
+        # One copy of each weight's per-channel scales, not one per signature.
+        content = share_quantization_parameters(content)
         with open(job["outputs"][variant], "wb") as f:
             f.write(content)
 

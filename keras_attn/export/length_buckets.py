@@ -3,7 +3,7 @@
 A fixed-length model makes every input pay for the longest one: at length 128, a 20-token
 sentence runs 108 padding positions through every layer. `model_<variant>_buckets.tflite`
 (`keras_attn.export.tflite_export`, `buckets=bucket_lengths(L)`) holds one signature per
-length bucket (16, 32, 64, ... and `L`) over one copy of the weights, and each input runs on
+length bucket (16, 24, 32, 48, 64, ... and `L`) over one copy of the weights, and each input runs on
 the shortest bucket that holds its tokens (`BucketedTFLite`). They are written beside the
 fixed-length files, which keep their one-signature contract (MediaPipe, apps and tools that
 run the only signature).

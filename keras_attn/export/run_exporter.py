@@ -91,7 +91,7 @@ class ExportOptions:
         text_tflite: also write `model_text.tflite` (raw strings in, tf-text custom ops).
         golden_examples: data sentences in the golden vectors (plus the hard cases).
         length_buckets: also write `model_<variant>_buckets.tflite` (one signature per
-            length: powers of two from `smallest_bucket`, and `sequence_length`) and time
+            length: `bucket_lengths(sequence_length, smallest_bucket)`) and time
             them against the fixed files on real evaluation inputs.
         smallest_bucket: the shortest bucket.
     """

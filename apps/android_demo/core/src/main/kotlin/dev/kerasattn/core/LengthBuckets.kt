@@ -11,7 +11,7 @@ class Bucket(val signature: String, val length: Int) {
  * `model_<variant>_buckets.tflite` (written by `keras_attn.export.tflite_export` with
  * `buckets`) holds one signature per input length over one copy of the weights:
  * `serving_default` at the card's sequence length and `tokens_<n>` for each shorter one
- * (16, 32, 64, ...). An input runs on the shortest signature that holds its real tokens,
+ * (16, 24, 32, 48, 64, ...). An input runs on the shortest signature that holds its real tokens,
  * its ids cut to that length ([cut]): the positions cut are padding, which the attention
  * mask hides, so the logits of the real tokens are those of the full-length signature
  * (within float rounding; int8: the same argmax). A fixed-length `model_<variant>.tflite`

@@ -10,15 +10,15 @@ import org.junit.Test
 class LengthBucketsTest {
     // The signatures of a CoNLL-2003 export (length 128), in the interpreter's order.
     private val conll = LengthBuckets(mapOf("serving_default" to 128, "tokens_16" to 16,
-        "tokens_32" to 32, "tokens_64" to 64))
+        "tokens_24" to 24, "tokens_32" to 32, "tokens_48" to 48, "tokens_64" to 64, "tokens_96" to 96))
 
     @Test
     fun theShortestBucketThatHoldsTheTokensIsPicked() {
-        assertEquals(listOf(16, 32, 64, 128), conll.buckets.map { it.length })
+        assertEquals(listOf(16, 24, 32, 48, 64, 96, 128), conll.buckets.map { it.length })
         assertEquals(128, conll.sequenceLength)
-        val picked = listOf(1, 3, 16, 17, 32, 33, 64, 65, 127, 128).map { conll.pick(it).signature }
-        assertEquals(listOf("tokens_16", "tokens_16", "tokens_16", "tokens_32", "tokens_32", "tokens_64",
-            "tokens_64", "serving_default", "serving_default", "serving_default"), picked)
+        val picked = listOf(1, 16, 17, 24, 25, 33, 64, 65, 96, 97, 128).map { conll.pick(it).signature }
+        assertEquals(listOf("tokens_16", "tokens_16", "tokens_24", "tokens_24", "tokens_32", "tokens_48",
+            "tokens_64", "tokens_96", "tokens_96", "serving_default", "serving_default"), picked)
     }
 
     @Test
