@@ -156,9 +156,12 @@ def test_weight_scales_are_stored_once(bucketed):
 
 def test_every_bucket_gives_the_fixed_models_outputs(bucketed):
     """Real lengths in every bucket, at both ends of it, against the full-length signature
-    (the fixed model's graph): fp32 within 1e-5, the int8 files the same argmax."""
+    (the fixed model's graph): fp32 within 1e-5, the int8 files the same argmax. Not PTQ:
+    the converter calibrates each of its signatures on its own inputs, so their ranges
+    differ (the export writes no PTQ buckets)."""
     x = batch(1, 12, lengths=[1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 32, 32])
-    for variant, result in bucketed.items():
+    for variant in EXPORTED_VARIANTS:
+        result = bucketed[variant]
         fixed = default_signature_outputs(result["path"], x)
         out = run_tflite(result["path"], x)
         if variant == "fp32":
