@@ -159,7 +159,7 @@ def test_each_block_draws_its_order_whatever_its_batch_or_replica(tmp_path):
         rows = slice(4 * half, 4 * half + 4)
         np.testing.assert_array_equal(part["permutation_mask"], x["permutation_mask"][rows])
         np.testing.assert_array_equal(part_labels, labels[rows])
-    # A block alone (one per replica, another batch) draws the order it drew in the batch.
+    # A block collated alone (any other batch or split) draws the order it drew here.
     for row, index in enumerate(stream.indices(1)):
         alone, _, _ = task.collate([task.train_examples[index]])
         np.testing.assert_array_equal(alone["permutation_mask"][0], x["permutation_mask"][row])
