@@ -17,6 +17,12 @@ from keras_attn.training.tasks.permutation_lm_task import PermutationLMTask
 from keras_attn.training.trainer import Trainer
 from tests.test_classification_task import sentiment_rows
 from tests.test_classification_task import write
+from tests.test_trainer import WEIGHT_TOLERANCE
+from tests.test_trainer import finish
+from tests.test_trainer import load_weights
+from tests.test_trainer import max_difference
+from tests.test_trainer import run_subprocess
+from tests.test_trainer import two_worker_processes
 
 ENCODER = {"num_layers": 1, "hidden_dim": 32, "num_heads": 2, "intermediate_dim": 64}
 WORDS = "alpha beta gamma delta epsilon zeta eta theta".split()
@@ -118,3 +124,95 @@ def test_classification_and_ner_fine_tune_a_permutation_lm_encoder(tmp_path):
     assert results["history"][-1]["dev"]["accuracy"] > 0.8
     ner = NerTask(TrainingConfig.from_dict({**config.to_dict(), "task": "ner"}), tmp_path / "n")
     assert ner.pretraining_run().path == tmp_path / "plm"
+
+
+# --- Distribution strategies and resume -------------------------------------------------
+# The orders are drawn on the host, in `collate`, from numpy seeded by `train.seed` and the
+# block's index; the replicas read row slices of the collated global batch. So an
+# example's order is the same under any strategy, batching or resume, and two replicas (or
+# two workers) train the weights of one device up to float32 rounding (`WEIGHT_TOLERANCE`).
+
+
+def run_config(tmp_path, name):
+    """A tiny run's config dict: 2 epochs of 18 full blocks of 16 tokens (3 steps of 8),
+    no dev set, deterministic ops, a progress line every step (`kill_at_step` reads it) and
+    a checkpoint every 2 steps."""
+    lines = [" ".join(WORDS[k:] + WORDS[:k]) for k in range(8)] * 4  # 9 tokens a line
+    train_file = write(tmp_path / "train.txt", lines)
+    values = lm_config(tmp_path, train_file, epochs=2).to_dict()
+    values["output_dir"] = str(tmp_path / name)
+    values["train"].update(log_every_steps=1, checkpoint_every_steps=2, seed=5,
+                           deterministic=True)
+    return values
+
+
+def test_each_block_draws_its_order_whatever_its_batch_or_replica(tmp_path):
+    config = TrainingConfig.from_dict(run_config(tmp_path, "unused"))
+    task = PermutationLMTask(config, tmp_path / "unused")
+    task.prepare()
+    assert task.lengths(task.train_examples) == [16] * 18
+    stream = task.batch_stream(8, seed=5, accumulation_steps=1, bucket_by_length=True)
+    x, labels, _ = stream.batch(1)
+    # What two replicas read of step 1 (the loop runner's shards): rows [0, 4) and [4, 8).
+    halves = list(stream.dataset(1, 2, num_shards=2, shards=(0, 1)).as_numpy_iterator())
+    for half, (part, part_labels, _) in enumerate(halves):
+        rows = slice(4 * half, 4 * half + 4)
+        np.testing.assert_array_equal(part["permutation_mask"], x["permutation_mask"][rows])
+        np.testing.assert_array_equal(part_labels, labels[rows])
+    # A block collated alone (any other batch or split) draws the order it drew here.
+    for row, index in enumerate(stream.indices(1)):
+        alone, _, _ = task.collate([task.train_examples[index]])
+        np.testing.assert_array_equal(alone["permutation_mask"][0], x["permutation_mask"][row])
+        np.testing.assert_array_equal(alone["target_mapping"][0], x["target_mapping"][row])
+    # Blocks with the same tokens (the corpus repeats) draw different orders.
+    assert len({m.tobytes() for m in x["permutation_mask"]}) == 8
+
+
+@pytest.fixture(scope="module")
+def one_device_weights(tmp_path_factory):
+    """The final weights of `run_config` trained on one device (`fit`), uninterrupted."""
+    tmp_path = tmp_path_factory.mktemp("one_device")
+    code, output = finish(run_subprocess(tmp_path, "one", run_config(tmp_path, "one")))
+    assert code == 0, output
+    return load_weights(tmp_path / "one.npz")
+
+
+@pytest.mark.tensorflow
+def test_mirrored_two_replicas_train_the_weights_of_one_device(tmp_path, one_device_weights):
+    values = run_config(tmp_path, "two")
+    values["distribute"] = {"strategy": "mirrored", "logical_cpu_devices": 2}
+    code, output = finish(run_subprocess(tmp_path, "two", values))
+    assert code == 0, output
+    assert "MirroredStrategy over 2 local devices" in output and "2 replicas x 4" in output
+    assert max_difference(one_device_weights,
+                          load_weights(tmp_path / "two.npz")) < WEIGHT_TOLERANCE
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow
+def test_two_workers_train_the_weights_of_one_device(tmp_path, one_device_weights):
+    processes = two_worker_processes(tmp_path, run_config(tmp_path, "multi"))
+    results = [finish(process, timeout=300) for process in processes]
+    assert [code for code, _ in results] == [0, 0], "\n".join(
+        output[-3000:] for _, output in results)
+    assert "MultiWorkerMirroredStrategy: 2 workers" in results[0][1]
+    assert "runner: loop" in results[0][1]
+    worker0, worker1 = (load_weights(tmp_path / f"worker{i}.npz") for i in range(2))
+    assert max_difference(worker0, worker1) == 0.0
+    assert max_difference(worker0, one_device_weights) < WEIGHT_TOLERANCE
+
+
+@pytest.mark.tensorflow
+def test_kill_and_resume_ends_with_the_weights_of_an_uninterrupted_run(tmp_path,
+                                                                        one_device_weights):
+    # 6 steps, checkpoints at 2, 3 (the end of epoch 1) and 4; killed in step 5 it resumes
+    # at step 4, in the second epoch, and draws the orders of steps 5 and 6 again.
+    values = run_config(tmp_path, "killed")
+    code, output = finish(run_subprocess(tmp_path, "killed", values, kill_at_step=5))
+    assert code == -9, output  # SIGKILL, mid-run
+    checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
+    assert checkpoints == ["step-00000002", "step-00000003", "step-00000004"], checkpoints
+    code, output = finish(run_subprocess(tmp_path, "killed", values))
+    assert code == 0, output
+    assert "resumed from checkpoint at step 4" in output
+    assert max_difference(one_device_weights, load_weights(tmp_path / "killed.npz")) == 0.0

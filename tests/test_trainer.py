@@ -226,20 +226,28 @@ def free_ports(count):
     return ports
 
 
+def two_worker_processes(tmp_path, config):
+    """Starts `config` (a dict) on two local workers, `MultiWorkerMirroredStrategy` over a
+    `TF_CONFIG` on localhost ports; their final weights go to `worker0.npz`, `worker1.npz`."""
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    config = {**config, "distribute": {"strategy": "multi_worker"}}
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": addresses},
+                     "task": {"type": "worker", "index": index}}
+        processes.append(run_subprocess(tmp_path, f"worker{index}", config,
+                                        env={"TF_CONFIG": json.dumps(tf_config)}))
+    return processes
+
+
 def two_workers_and_one_process(tmp_path, data, model=None, **train):
     """Trains one config on two local workers (run "multi": worker0/1.npz) and, with the
     loop runner, in one process (run "single": single.npz); the three outputs."""
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     config = config_dict(data, tmp_path / "multi", dropout=0.0, **train)
     single = config_dict(data, tmp_path / "single", dropout=0.0, runner="loop", **train)
     if model is not None:
         config["model"] = single["model"] = model
-    config["distribute"] = {"strategy": "multi_worker"}
-    processes = []
-    for index in range(2):
-        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        processes.append(run_subprocess(tmp_path, f"worker{index}", config,
-                                        env={"TF_CONFIG": json.dumps(tf_config)}))
+    processes = two_worker_processes(tmp_path, config)
     processes.append(run_subprocess(tmp_path, "single", single))
     outputs = []
     for process in processes:

@@ -27,7 +27,9 @@ class PermutationLMTask(CausalLMTask):
     T)` positions (partial prediction, `mask_rate = 1/K`; the paper's K = 6 or 7 is
     0.15-0.17). Each block's order is seeded with `train.seed` and its index, so a resumed
     run sees the same orders, and the dev evaluation after every epoch the same orders
-    whatever the batching. No memory across blocks.
+    whatever the batching. The orders are drawn on the host when a global batch is
+    collated, not in the graph: replicas and workers read row slices of it, so every
+    strategy trains on the orders one device would. No memory across blocks.
 
     The model is `XLNetLM` on a two-stream `XLNetBackbone.from_preset(model.preset)` with
     the tokenizer's vocabulary size and `model.dropout`, then `model.overrides`. Its
