@@ -66,6 +66,7 @@ from keras_attn.training.quantize import quantize_run
 from keras_attn.training.run_directory import RunDirectory
 from keras_attn.training.run_directory import RunDirectoryError
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+from keras_attn.training.task_registry import task_spec
 from keras_attn.training.tasks import make_task
 from keras_attn.version import __version__
 
@@ -178,6 +179,7 @@ class RunExporter:
         self.config = self.source.config()
         self.tokenizer_settings = self.source.tokenizer_settings()
         self.task = make_task(self.config, self.run_dir, self.log, write_files=False)
+        self.tagger = task_spec(self.task.name).token_labels  # logits per word piece
         self.task.prepare()
         self.model = self.source.load_model()
         self.use_crf = bool(getattr(self.model, "use_crf", False))
@@ -192,7 +194,7 @@ class RunExporter:
                      f"{self.config.data.max_length} tokens the model was trained with")
         split = self.options.eval_split
         if split == "auto":
-            order = ("test", "dev") if self.task.name == "ner" else ("dev", "test")
+            order = ("test", "dev") if self.tagger else ("dev", "test")  # CoNLL reports test
             split = next((s for s in order if getattr(self.task, f"{s}_examples")), None)
         examples = getattr(self.task, f"{split}_examples", None) if split else None
         if not examples:
@@ -216,7 +218,7 @@ class RunExporter:
             logits = np.asarray(predict_fixed(model_inputs_at_length(x, self.length)),
                                 "float32")
             for row, index in enumerate(indices):
-                if self.task.name == "ner":
+                if self.tagger:
                     n = len(self.examples[index]["token_ids"])
                     outputs[index] = logits[row, :n]
                 else:
@@ -301,7 +303,6 @@ class RunExporter:
         return qat_run.load_model()
 
     def _tflite(self, qat):
-
         wanted = [v for v in TFLITE_FLOAT_VARIANTS + ("int8",)
                   if not (self.output_dir / f"model_{v}.tflite").is_file()]
         if qat is None and "int8" in wanted:
@@ -347,7 +348,6 @@ class RunExporter:
         return variants
 
     def _onnx(self):
-
         path = self.output_dir / "model.onnx"
         if not path.is_file():
             self.log("ONNX (opset 17, dynamic batch and sequence)")
@@ -358,14 +358,12 @@ class RunExporter:
             quantize_onnx_dynamic(path, quantized)
 
     def _saved_model(self):
-
         directory = self.output_dir / "saved_model"
         if not (directory / "saved_model.pb").is_file():
             self.log("SavedModel for TF Serving (text in)")
             export_saved_model(self.model, self._tokenizer(), self.task.labels, directory)
 
     def _text_tflite(self):
-
         path = self.output_dir / "model_text.tflite"
         if not path.is_file():
             self.log("TFLite with the tokenizer inside (tf-text custom ops)")
@@ -404,7 +402,6 @@ class RunExporter:
         return {**_percentiles(times), "num_threads": threads}
 
     def _onnx_latency(self, path, threads):
-
         runner = OnnxRunner(str(path), threads=threads)
         x = self._latency_input()
         feed = runner.feed({k: v for k, v in x.items() if k in runner.input_names})
@@ -441,7 +438,6 @@ class RunExporter:
     # --- side files ---------------------------------------------------------------------
 
     def _model_card(self, rows):
-
         card = model_card(
             self.task.name, list(self.task.labels.labels), self.length, self._tokenizer(),
             lowercase=self.tokenizer_settings.lowercase, metric=self.task.metric,
@@ -452,7 +448,6 @@ class RunExporter:
 
     def _crf_section(self):
         """The card's CRF transitions (rounded), or `None` without a CRF."""
-
         if not self.use_crf:
             return None
         crf = self.model.get_layer("crf")
@@ -464,7 +459,6 @@ class RunExporter:
         """`golden_vectors.jsonl` (`keras_attn.export.golden_vectors`): texts -> ids,
         offsets, (words), Keras float logits and the labels or entity spans decoded from
         those logits, for the app's parity tests."""
-
         texts = list(HARD_CASES) + self._data_texts(self.options.golden_examples)
         # A CRF tagger's emissions; its tags are decoded from the card's transitions.
         predict = self._keras_predict(self.model)
@@ -476,8 +470,7 @@ class RunExporter:
         """Raw texts of the evaluation file (CoNLL sentences joined with spaces)."""
         if limit == 0:
             return []
-        if self.task.name == "ner":
-
+        if self.tagger:
             return [" ".join(s.tokens) for _, s in zip(range(limit),
                                                        ConllReader(self.eval_file))]
 
@@ -489,7 +482,6 @@ class RunExporter:
     def _crf_tags(self, logits, word_ids):
         """Viterbi tags of `(B, S, C)` emissions over each word's first piece, with the float
         model's CRF weights."""
-
         crf = self.model.get_layer("crf")
         tags = viterbi_decode(np.asarray(logits, "float32"), crf.transitions,
                               crf.start_transitions, crf.end_transitions,
@@ -555,7 +547,6 @@ class RunExporter:
         return report
 
     def _evaluate_all(self, qat):
-
         threads = self.options.latency_threads
         reference = self._collect(self._keras_predict(self.model))
         rows = [{"artifact": "model.keras (float, Keras)", "path": str(self.run_dir /

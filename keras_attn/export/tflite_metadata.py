@@ -44,6 +44,7 @@ from tensorflow.lite.tools import flatbuffer_utils
 from keras_attn.export.tflite_sharing import pack_model
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.task_registry import task_spec
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -109,7 +110,7 @@ def _metadata_flatbuffer(model, card, mediapipe):
                                 contentProperties=fb.FeaturePropertiesT()),
             associatedFiles=[vocabulary] if name == "token_ids" else None))
     # The MediaPipe flavour goes only into files whose output is a softmax.
-    per_token = " of each token" if card["task"] == "ner" else ""
+    per_token = " of each token" if task_spec(card["task"]).token_labels else ""
     output = fb.TensorMetadataT(
         name="probability" if mediapipe else "logits",
         description=("Probabilities of the labels (softmax in the graph)." if mediapipe
