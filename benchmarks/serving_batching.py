@@ -75,12 +75,14 @@ def export_models(directory):
     return paths
 
 
-def start_server(saved_model, mode, workers):
-    """A `keras-attn serve` subprocess on a free loopback port: `(process, port)`."""
+def start_server(saved_model, mode, workers=None):
+    """A `keras-attn serve` subprocess on a free loopback port: `(process, port)`;
+    `workers=None` leaves `--workers` at the server's default."""
+    threads = [] if workers is None else ["--workers", str(workers)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
         [sys.executable, "-m", "keras_attn.cli", "serve", str(saved_model), "--model-name", "m",
-         "--host", "127.0.0.1", "--port", "0", "--workers", str(workers), *MODES[mode]],
+         "--host", "127.0.0.1", "--port", "0", *threads, *MODES[mode]],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = process.stdout.readline()  # the URL line, once the model is loaded
     match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
@@ -182,7 +184,7 @@ def cpu_seconds(pids):
     return (sum(values) - values[3] - values[4]) / ticks, own / ticks  # minus idle, iowait
 
 
-def run(tasks, concurrencies, seconds, model_dir, workers=2, log=print):
+def run(tasks, concurrencies, seconds, model_dir, workers=None, log=print):
     """Rows `(task, clients, mode, texts/s, p50, p99, others)` (`others`: cores busy with
     processes other than the benchmark and its servers during the cell: the machine is
     shared) and the largest answer difference per task."""
@@ -239,12 +241,13 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=8.0, help="time per cell")
     parser.add_argument("--model-dir", help="export the models here, or reuse the ones there "
                         "(default: a new temporary directory, so they match this checkout)")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="`keras-attn serve --workers` of both servers (its default: 2)")
+    parser.add_argument("--workers", type=int,
+                        help="`keras-attn serve --workers` of both servers (default: the "
+                        "server's own)")
     parser.add_argument("--out", help="write the markdown table here")
     args = parser.parse_args(argv)
     if any(c < 1 or c > 64 for c in args.clients) or not 0 < args.seconds <= 120 or \
-            not 1 <= args.workers <= 8:
+            (args.workers is not None and not 1 <= args.workers <= 8):
         parser.error("--clients must be 1..64, --seconds 0..120 and --workers 1..8")
     before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
