@@ -1,5 +1,6 @@
 """Export of trained keras-attn models to deployable artifacts: TFLite (float, float16,
-dynamic-range int8, full int8 from QAT or PTQ, raw text in), ONNX, the TF Serving
+dynamic-range int8, full int8 from QAT or PTQ, raw text in; `run_in_float` for int8 ops
+without an XNNPACK kernel), ONNX, the TF Serving
 SavedModel, TFLite metadata and MediaPipe-ready classifiers, and `export_run`, the whole
 `keras-attn export` stage with its report.
 
@@ -29,6 +30,7 @@ from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import export_tflite
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.export.tflite_float_ops import run_in_float
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import embed_metadata
 from keras_attn.export.tflite_metadata import read_metadata
@@ -56,6 +58,7 @@ __all__ = [
     "load_saved_model",
     "quantize_onnx_dynamic",
     "read_metadata",
+    "run_in_float",
     "run_text_tflite",
     "run_tflite",
     "settings_from_tflite",

@@ -15,6 +15,7 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 
 from keras_attn.export.tflite_export import INPUT_NAMES
 from keras_attn.export.tflite_export import bucket_signature
+from keras_attn.export.tflite_float_ops import run_in_float
 from keras_attn.export.tflite_sharing import share_quantization_parameters
 
 # Registers QatBert and its layers for `keras.saving.load_model`.
@@ -104,8 +105,13 @@ def main(job_path):
         directory = _saved_model(graph, lengths, os.path.join(job["work_dir"], variant))
         float_residual = variant == "int8" and getattr(model, "float_residual", False)
         content = _converter(variant, directory, examples, lengths, float_residual).convert()
-        # One copy of each weight's per-channel scales, not one per signature.
-        content = share_quantization_parameters(content)
+        if float_residual:
+            # A mixed-precision file for CPUs: the int8 ops that XNNPACK has no kernel for
+            # run in float too (written, like below, with each table stored once).
+            content = run_in_float(content)
+        else:
+            # One copy of each weight's per-channel scales, not one per signature.
+            content = share_quantization_parameters(content)
         with open(job["outputs"][variant], "wb") as f:
             f.write(content)
 

@@ -74,8 +74,9 @@ class QatBert(ModelConfig, keras.Model):
             `"per_channel"`.
         quantize: bool, fake quantization on. Defaults to `True`.
         float_residual: bool, keep the residual sums and the LayerNorm internals in float
-            (embeddings and every block; see `QatEncoderBlock`): every matmul stays
-            int8, and the int8 TFLite model runs ADD and LayerNorm in float. Defaults to
+            (embeddings and every block; see `QatEncoderBlock`): every weight matmul
+            stays int8, and the int8 TFLite model runs ADD and LayerNorm in float (and the
+            ops XNNPACK has no int8 kernel for, `export.tflite_float_ops`). Defaults to
             `False` (everything int8).
         feedforward_float_channels: int: in each block, this many feed-forward hidden
             channels, the widest by calibrated range (`calibrate` finds them), run in

@@ -61,7 +61,8 @@ class QatEncoderBlock(keras.layers.Layer):
     matmuls, stay int8. BERT-like models carry a few outlier dimensions in the residual
     stream (Bondarenko et al., 2021) that a per-tensor int8 range cannot hold together
     with the others; the int8 TFLite model then runs ADD and LayerNorm in float between
-    a DEQUANTIZE and a QUANTIZE, and every matmul in int8.
+    a DEQUANTIZE and a QUANTIZE, and every weight matmul in int8 (the export also runs
+    the attention products, softmax and GELU in float: `export.tflite_float_ops`).
 
     `feedforward_float_channels=k` (with `float_residual`) runs the k widest hidden
     channels of the feed-forward network in float, the mixed-precision decomposition of

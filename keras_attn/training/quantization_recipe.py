@@ -29,7 +29,8 @@ class QuantizationRecipe:
     Attributes:
         float_residual: keep the residual sums and LayerNorm internals in float
             (`QatBert(float_residual=True)`): `model_int8.tflite` runs ADD and LayerNorm in
-            float and every matmul in int8.
+            float, and the ops XNNPACK has no int8 kernel for (attention products, softmax,
+            GELU) too (`keras_attn.export.tflite_float_ops`); every weight matmul in int8.
         feedforward_float_channels: with `float_residual`, the widest feed-forward hidden
             channels of each block kept in float (their outliers would set the int8 scales).
         qat_epochs: epochs of quantization-aware fine-tuning; 0 calibrates the activation
@@ -50,8 +51,8 @@ class QuantizationRecipe:
     """
 
     float_residual: bool = _setting(
-        True, "keep the residual sums and LayerNorm internals in float (every matmul stays "
-              "int8)")
+        True, "keep the residual sums and LayerNorm internals in float, and in the TFLite file "
+              "the attention products, softmax and GELU (every weight matmul stays int8)")
     feedforward_float_channels: int = _setting(
         4, "with float_residual: keep this many widest feed-forward channels of each block in "
            "float (0: none)", int, "K")
