@@ -7,7 +7,8 @@ The export report times each artifact in one block of runs; on a shared 2-core m
 moment then lands on one artifact only (an fp32 p90 of 31 ms against a p50 of 23.6 once made
 int8 look 0.76x fp32). Here every model runs `--runs` batch-1 inferences per round, the
 models take turns for `--rounds` rounds (LiteRT with XNNPACK, `--threads` threads), and each
-p50 / p90 is over all its rounds; the ratios are to the first model's p50.
+p50 / p90 is over all its rounds; the ratios are to the first model's p50. The last column
+counts the pieces XNNPACK runs of each graph (ops it has no kernel for cut it).
 
 Inputs are `token_ids` of one repeated in-vocabulary id, zero `segment_ids` and an all-ones
 `padding_mask`, whichever of them the model's signature takes. Prints a markdown table.
@@ -55,14 +56,26 @@ def measure(paths, sequence_length, rounds=5, runs=30, threads=1, warmup=10):
     return times
 
 
-def table(times):
-    """Markdown rows: model, p50, p90, p50 ratio to the first model."""
+def xnnpack_partitions(path, threads=1):
+    """How many pieces XNNPACK takes of the model's main graph (its DELEGATE nodes): more
+    than the fp32 file's means ops left to LiteRT's builtin kernels in between."""
+    interpreter = Interpreter(model_path=path, num_threads=threads)
+    interpreter.allocate_tensors()
+    return sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
+
+
+def table(times, partitions=None):
+    """Markdown rows: model, p50, p90, p50 ratio to the first model (and, given
+    `{path: count}`, its XNNPACK partitions)."""
     paths = list(times)
     base = float(np.median(times[paths[0]]))
-    lines = ["| model | p50 ms | p90 ms | × first |", "| --- | ---: | ---: | ---: |"]
+    extra = " XNNPACK partitions |" if partitions else ""
+    lines = ["| model | p50 ms | p90 ms | × first |" + extra,
+             "| --- | ---: | ---: | ---: |" + (" ---: |" if partitions else "")]
     for path in paths:
         p50, p90 = float(np.median(times[path])), float(np.percentile(times[path], 90))
-        lines.append(f"| `{path}` | {p50:.2f} | {p90:.2f} | {p50 / base:.2f} |")
+        count = f" {partitions[path]} |" if partitions else ""
+        lines.append(f"| `{path}` | {p50:.2f} | {p90:.2f} | {p50 / base:.2f} |{count}")
     return "\n".join(lines)
 
 
@@ -81,8 +94,8 @@ def main(argv=None):
                          f"Received: {getattr(args, name)}")
     # int8 speed depends on the CPU's VNNI (and bf16 on AVX-512 BF16): name it with the table.
     print(f"CPU: {cpu_description()}, {args.threads} thread(s)\n")
-    print(table(measure(args.models, args.sequence_length, args.rounds, args.runs,
-                        args.threads)))
+    times = measure(args.models, args.sequence_length, args.rounds, args.runs, args.threads)
+    print(table(times, {path: xnnpack_partitions(path, args.threads) for path in args.models}))
 
 
 if __name__ == "__main__":
