@@ -57,19 +57,25 @@ def float_ops(content):
 @pytest.fixture(scope="module")
 def attention_inputs():
     rng = np.random.default_rng(0)
-    return [rng.normal(size=(1, 2, 5, 4)).astype("float32") for _ in range(3)]
+    return [rng.normal(size=(1, 5, 2, 4)).astype("float32") for _ in range(3)]
+
+
+def heads(x):
+    """`(B, T, n, d)` -> `(B, n, T, d)` after int8 rounding: as in `QatEncoderBlock`, the
+    attention reads int8 tensors that an int8 op (here TRANSPOSE) made."""
+    return tf.transpose(fake_quant(x, VALUE_RANGE), (0, 2, 1, 3))
 
 
 def attention(query, key, value):
     """softmax(Q K^T) V with the fake quantization of `QatEncoderBlock` (float mask aside)."""
-    query, key, value = (fake_quant(x, VALUE_RANGE) for x in (query, key, value))
+    query, key, value = (heads(x) for x in (query, key, value))
     scores = fake_quant(tf.matmul(query, key, transpose_b=True), SCORE_RANGE)
     probabilities = fake_quant(tf.nn.softmax(scores, -1), PROBABILITY_RANGE)
     return fake_quant(tf.matmul(probabilities, value), VALUE_RANGE)
 
 
 def test_attention_runs_in_float_between_its_int8_inputs_and_output(attention_inputs):
-    content = int8_model(attention, [(1, 2, 5, 4)] * 3)
+    content = int8_model(attention, [(1, 5, 2, 4)] * 3)
     assert {"BATCH_MATMUL", "SOFTMAX"}.isdisjoint(float_ops(content))  # int8 kernels
     rewritten = run_in_float(content)
     ops = float_ops(rewritten)
@@ -78,7 +84,7 @@ def test_attention_runs_in_float_between_its_int8_inputs_and_output(attention_in
     # one QUANTIZE per input and one for the output.
     assert ops["DEQUANTIZE"] == 3 + 1 and ops["QUANTIZE"] == 3 + 1, ops
 
-    query, key, value = (grid(x, VALUE_RANGE) for x in attention_inputs)
+    query, key, value = (grid(x, VALUE_RANGE).transpose(0, 2, 1, 3) for x in attention_inputs)
     expected = grid(softmax(query @ key.swapaxes(-1, -2)) @ value, VALUE_RANGE)
     out = run(rewritten, *attention_inputs)
     step = (VALUE_RANGE[1] - VALUE_RANGE[0]) / 255.0
@@ -103,11 +109,14 @@ def test_a_constant_int8_input_becomes_the_same_float_constant():
                           PROBABILITY_RANGE)
 
     x = np.random.default_rng(1).normal(size=(1, 2, 5, 5)).astype("float32")
-    scores = np.where(keep, x, SCORE_RANGE[0])
     content = int8_model(lambda s: masked(fake_quant(s, SCORE_RANGE)), [x.shape])
     rewritten = run_in_float(content)
-    assert {"SELECT_V2", "SOFTMAX"} <= set(float_ops(rewritten))
-    expected = grid(softmax(grid(scores, SCORE_RANGE)), PROBABILITY_RANGE)
+    ops = float_ops(rewritten)
+    assert {"SELECT_V2", "SOFTMAX"} <= set(ops)
+    # The model's input is quantized only to be read in float by SELECT_V2, and the select's
+    # output only to be read by SOFTMAX: both round trips go, and the output is rounded once.
+    assert ops["QUANTIZE"] == ops["DEQUANTIZE"] == 1, ops
+    expected = grid(softmax(np.where(keep, x, SCORE_RANGE[0])), PROBABILITY_RANGE)
     out = run(rewritten, x)
     assert np.abs(out - expected).max() <= (1 / 256) * 1.001
     assert np.mean(np.abs(out - expected) < 1e-6) > 0.95
@@ -121,8 +130,8 @@ def test_the_rewritten_bert_block_is_one_xnnpack_graph_like_fp32(attention_input
     def with_activation(query, key, value):
         return fake_quant(tf.nn.gelu(attention(query, key, value)), VALUE_RANGE)
 
-    content = int8_model(with_activation, [(1, 2, 5, 4)] * 3)
-    specs = [tf.TensorSpec((1, 2, 5, 4), tf.float32)] * 3
+    content = int8_model(with_activation, [(1, 5, 2, 4)] * 3)
+    specs = [tf.TensorSpec((1, 5, 2, 4), tf.float32)] * 3
     fp32 = tf.lite.TFLiteConverter.from_concrete_functions(
         [tf.function(block, input_signature=specs).get_concrete_function()]).convert()
 
@@ -137,13 +146,13 @@ def test_the_rewritten_bert_block_is_one_xnnpack_graph_like_fp32(attention_input
 
 
 def test_ops_not_asked_for_and_float_models_are_left_alone(attention_inputs):
-    content = int8_model(attention, [(1, 2, 5, 4)] * 3)
+    content = int8_model(attention, [(1, 5, 2, 4)] * 3)
     only_softmax = float_ops(run_in_float(content, op_names=("SOFTMAX",)))
     assert "SOFTMAX" in only_softmax and "BATCH_MATMUL" not in only_softmax
     fp32 = tf.lite.TFLiteConverter.from_concrete_functions([
         tf.function(lambda x: tf.nn.softmax(x), input_signature=[
             tf.TensorSpec((1, 4), tf.float32)]).get_concrete_function()]).convert()
-    x = attention_inputs[0][0, 0, :1]
+    x = attention_inputs[0][0, :1, 0]
     assert tflite_op_report(run_in_float(fp32))["ops"] == tflite_op_report(fp32)["ops"]
     np.testing.assert_array_equal(run(run_in_float(fp32), x), run(fp32, x))
 

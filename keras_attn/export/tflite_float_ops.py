@@ -12,8 +12,10 @@ partitions); with those ops in float 7.6 ms and 8 partitions, as many as the fp3
 
     x_f = DEQUANTIZE(x);  y_f = f(x_f) in float;  y = QUANTIZE(y_f)   (y keeps its scale)
 
-and then drops the round trips between two rewritten ops (`QUANTIZE` then `DEQUANTIZE` of
-the same tensor): `softmax(Q K^T)` and `probabilities x V` stay float from one to the other.
+and then drops every round trip from float to int8 and back (`QUANTIZE` then `DEQUANTIZE`
+of the same tensor), where float ops read a float value through int8: `softmax(Q K^T)` and
+`probabilities x V` stay float from one to the other, and the residual sum reads the float
+LayerNorm output that the next int8 matmul reads quantized.
 The weight matmuls keep their int8 inputs and outputs. The function is the int8 model's
 with some roundings left out: each rewritten op computes exactly on its dequantized inputs
 where the int8 kernel approximates (lookup tables, fixed-point exponentials), and a dropped
@@ -86,7 +88,6 @@ class _Rewriter:
     def rewrite(self, subgraph):
         self.subgraph = subgraph
         self.floats = {}  # int8 tensor -> the float tensor holding its value
-        self.round_trips = {}  # int8 output of an added QUANTIZE -> its float input
         operators = []
         for op in subgraph.operators:
             if self._selected(op):
@@ -118,7 +119,6 @@ class _Rewriter:
         for index in _indices(op.outputs):
             value = self._float_tensor(index, "float")
             self.floats[index] = value
-            self.round_trips[index] = value
             outputs.append(value)
             requantize.append(_operator(self.quantize, [value], [index]))
         op.inputs, op.outputs = _vector(inputs), _vector(outputs)
@@ -151,21 +151,24 @@ class _Rewriter:
         return len(self.subgraph.tensors) - 1
 
     def _without_round_trips(self, operators):
-        """Readers of a DEQUANTIZE of an added QUANTIZE's output read its float input
-        instead; a QUANTIZE nobody reads then goes too."""
-        alias = {}
-        kept = []
+        """Readers of `DEQUANTIZE(QUANTIZE(f))` read the float `f`; a QUANTIZE nobody reads
+        then goes too."""
+        tensors = self.subgraph.tensors
+        quantized = {op.outputs[0]: op.inputs[0] for op in operators
+                     if op.opcodeIndex == self.quantize and tensors[op.inputs[0]].type == _FLOAT32}
+        outputs = {int(i) for i in self.subgraph.outputs}
+        alias, kept = {}, []
         for op in operators:
-            if (op.opcodeIndex == self.dequantize and op.inputs[0] in self.round_trips
-                    and op.outputs[0] not in self.subgraph.outputs):
-                alias[op.outputs[0]] = self.round_trips[op.inputs[0]]
-                continue
-            kept.append(op)
+            if (op.opcodeIndex == self.dequantize and op.inputs[0] in quantized
+                    and op.outputs[0] not in outputs):
+                alias[op.outputs[0]] = quantized[op.inputs[0]]
+            else:
+                kept.append(op)
         for op in kept:
             op.inputs = _vector([alias.get(i, i) for i in _indices(op.inputs, keep_absent=True)])
-        read = {i for op in kept for i in _indices(op.inputs)} | set(self.subgraph.outputs)
+        read = {i for op in kept for i in _indices(op.inputs)} | outputs
         return [op for op in kept if not (op.opcodeIndex == self.quantize
-                                          and op.outputs[0] in self.round_trips
+                                          and op.outputs[0] in quantized
                                           and op.outputs[0] not in read)]
 
 
