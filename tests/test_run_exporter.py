@@ -281,11 +281,16 @@ def test_export_results_script_checks_the_targets(classification, tmp_path, monk
     report = classification[2]
     checks = {label: (met, measured) for label, met, measured in
               module.target_checks(report, 0.005)}
-    assert len(checks) == 7
+    assert len(checks) == 8
     assert checks["model_fp32.tflite: max |Δlogit| <= 1e-4, agreement >= 99.9 %"][0]
     table = rows(report)
     ratio = table["model_int8.tflite"]["size_bytes"] / table["model_fp32.tflite"]["size_bytes"]
     assert checks["int8 size <= 27 % of fp32"] == (ratio <= 0.27, f"{100 * ratio:.1f} %")
+    int8, dynamic = (next(lat["p50_ms"] for lat in table[name]["latency"]
+                          if lat["num_threads"] == 1)
+                     for name in ("model_int8.tflite", "model_dynamic_int8.tflite"))
+    assert checks["int8 latency <= dynamic int8 (1 thread)"] == (
+        int8 <= dynamic, f"{int8 / dynamic:.2f}x")
 
     # The QAT flags reach `keras-attn export` and the page says which were used.
     calls = []
