@@ -19,8 +19,8 @@ command (`keras-attn ...` or `python -m keras_attn...`), `keras_attn/__init__.py
 `quiet_tensorflow_startup()` before anything imports Keras: it sets the level (unless the
 user set one), then imports TensorFlow and looks for GPUs with stderr captured, and writes
 back every captured line except the known start-up lines above; it runs one int64
-transpose meanwhile, so that the oneDNN int64 line is logged then and left out. A program that merely
-imports `keras_attn` is left alone: its environment and its stderr are its own.
+transpose meanwhile, so that the oneDNN int64 line is logged then and left out. A program
+that merely imports `keras_attn` is left alone: its environment and its stderr are its own.
 """
 
 import os
