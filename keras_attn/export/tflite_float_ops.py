@@ -108,7 +108,7 @@ class _Rewriter:
         """`[DEQUANTIZE ..., op in float, QUANTIZE ...]` for one selected op."""
         added = []
         inputs = []
-        for index in (op.inputs if op.inputs is not None else []):
+        for index in _indices(op.inputs, keep_absent=True):
             if index < 0 or self.subgraph.tensors[index].type != _INT8:
                 inputs.append(index)
                 continue
@@ -130,10 +130,10 @@ class _Rewriter:
         data = self.model.buffers[tensor.buffer].data
         if data is not None and len(data):
             q = tensor.quantization
-            values = (np.frombuffer(bytes(data), np.int8).astype(np.float32)
-                      - q.zeroPoint[0]) * np.float32(q.scale[0])
+            values = ((np.frombuffer(bytes(data), np.int8).astype(np.float32)
+                       - q.zeroPoint[0]) * np.float32(q.scale[0])).astype(np.float32)
             buffer = schema.BufferT()
-            buffer.data = np.frombuffer(values.astype(np.float32).tobytes(), np.uint8)
+            buffer.data = np.frombuffer(values.tobytes(), np.uint8)
             self.model.buffers.append(buffer)
             return self._float_tensor(index, "float", len(self.model.buffers) - 1)
         value = self._float_tensor(index, "dequantized")
@@ -154,22 +154,22 @@ class _Rewriter:
         """Readers of `DEQUANTIZE(QUANTIZE(f))` read the float `f`; a QUANTIZE nobody reads
         then goes too."""
         tensors = self.subgraph.tensors
-        quantized = {op.outputs[0]: op.inputs[0] for op in operators
+        quantized = {int(op.outputs[0]): int(op.inputs[0]) for op in operators
                      if op.opcodeIndex == self.quantize and tensors[op.inputs[0]].type == _FLOAT32}
         outputs = {int(i) for i in self.subgraph.outputs}
         alias, kept = {}, []
         for op in operators:
-            if (op.opcodeIndex == self.dequantize and op.inputs[0] in quantized
-                    and op.outputs[0] not in outputs):
-                alias[op.outputs[0]] = quantized[op.inputs[0]]
+            if (op.opcodeIndex == self.dequantize and int(op.inputs[0]) in quantized
+                    and int(op.outputs[0]) not in outputs):
+                alias[int(op.outputs[0])] = quantized[int(op.inputs[0])]
             else:
                 kept.append(op)
         for op in kept:
             op.inputs = _vector([alias.get(i, i) for i in _indices(op.inputs, keep_absent=True)])
         read = {i for op in kept for i in _indices(op.inputs)} | outputs
         return [op for op in kept if not (op.opcodeIndex == self.quantize
-                                          and op.outputs[0] in quantized
-                                          and op.outputs[0] not in read)]
+                                          and int(op.outputs[0]) in quantized
+                                          and int(op.outputs[0]) not in read)]
 
 
 def _indices(vector, keep_absent=False):
