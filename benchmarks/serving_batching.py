@@ -29,6 +29,8 @@ import time
 
 import numpy as np
 
+from keras_attn.machine import cpu_description
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MODES = {"unbatched": ["--max-batch-size", "0"],
          "batched": ["--max-batch-size", "32", "--batch-timeout-ms", "2"]}
@@ -166,11 +168,9 @@ def load(port, clients, seconds):
 
 
 def machine():
-    cpu = "unknown CPU"
-    if pathlib.Path("/proc/cpuinfo").is_file():
-        names = re.findall(r"model name\s*: (.*)", pathlib.Path("/proc/cpuinfo").read_text())
-        cpu = names[0] if names else cpu
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}"
+    """The CPU with its int8 / bf16 features (throughput depends on them), cores, system."""
+    return (f"{cpu_description()}, {os.cpu_count()} cores, {platform.system()}, "
+            f"Python {platform.python_version()}")
 
 
 def cpu_seconds(pids):
