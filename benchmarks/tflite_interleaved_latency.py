@@ -21,6 +21,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_attn.export.tflite_export import default_signature_runner
+from keras_attn.export.tflite_float_ops import xnnpack_partitions
 from keras_attn.machine import cpu_description
 
 
@@ -54,14 +55,6 @@ def measure(paths, sequence_length, rounds=5, runs=30, threads=1, warmup=10):
                 runner(**inputs)
                 times[path].append((time.perf_counter() - start) * 1000.0)
     return times
-
-
-def xnnpack_partitions(path, threads=1):
-    """How many pieces XNNPACK takes of the model's main graph (its DELEGATE nodes): more
-    than the fp32 file's means ops left to LiteRT's builtin kernels in between."""
-    interpreter = Interpreter(model_path=path, num_threads=threads)
-    interpreter.allocate_tensors()
-    return sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
 
 
 def table(times, partitions=None):

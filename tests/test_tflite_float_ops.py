@@ -1,5 +1,3 @@
-import collections
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -7,6 +5,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_float_ops import run_in_float
+from keras_attn.export.tflite_float_ops import xnnpack_partitions
 
 pytestmark = pytest.mark.tensorflow  # TFLite: TensorFlow only
 
@@ -135,12 +134,7 @@ def test_the_rewritten_bert_block_is_one_xnnpack_graph_like_fp32(attention_input
     fp32 = tf.lite.TFLiteConverter.from_concrete_functions(
         [tf.function(block, input_signature=specs).get_concrete_function()]).convert()
 
-    def partitions(model):
-        interpreter = Interpreter(model_content=model)
-        interpreter.allocate_tensors()
-        return collections.Counter(op["op_name"]
-                                   for op in interpreter._get_ops_details())["DELEGATE"]
-
+    partitions = xnnpack_partitions
     assert partitions(content) > partitions(fp32)  # int8 GELU, SOFTMAX, BATCH_MATMUL: builtin
     assert partitions(run_in_float(content)) == partitions(fp32) == 1
 

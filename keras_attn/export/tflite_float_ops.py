@@ -24,6 +24,7 @@ score of `SELECT_V2`) become float constants of the same value.
 """
 
 import numpy as np
+from ai_edge_litert.interpreter import Interpreter
 from tensorflow.lite.python import schema_py_generated as schema
 
 from keras_attn.export.tflite_sharing import pack_model
@@ -55,6 +56,24 @@ def run_in_float(content, op_names=XNNPACK_INT8_GAPS):
     for subgraph in model.subgraphs or []:
         rewriter.rewrite(subgraph)
     return pack_model(model)
+
+
+def xnnpack_partitions(model, num_threads=1):
+    """How many pieces XNNPACK takes of a `.tflite` model's main graph (its DELEGATE nodes):
+    more than the fp32 file's means ops left to LiteRT's builtin kernels in between.
+
+    Args:
+        model: path of a `.tflite` file, or its bytes.
+        num_threads: int, the interpreter's threads.
+
+    Returns:
+        int.
+    """
+    source = ({"model_content": bytes(model)} if isinstance(model, (bytes, bytearray))
+              else {"model_path": str(model)})
+    interpreter = Interpreter(**source, num_threads=num_threads)
+    interpreter.allocate_tensors()
+    return sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
 
 
 def _builtin(name):
