@@ -1,6 +1,9 @@
 """MediaPipe-ready classifier files: the appended softmax, MediaPipe's own `TextClassifier`
 against the Keras float model, and which texts MediaPipe tokenizes differently (and why)."""
 
+import pathlib
+import sys
+
 import numpy as np
 import pytest
 
@@ -105,3 +108,42 @@ def test_only_classifiers_get_mediapipe_files(classifier, tmp_path):
     card = dict(classifier[3], task="ner")
     with pytest.raises(ValueError, match="no token classifier"):
         write_mediapipe_artifacts(tmp_path, card, VOCABULARY, [], np.zeros((0, 3)), None)
+
+
+def _without_mediapipe(monkeypatch):
+    """Imports of `mediapipe` and its modules fail, as without the extra."""
+    for name in [name for name in sys.modules if name.split(".")[0] == "mediapipe"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "mediapipe", None)
+
+
+def test_without_the_mediapipe_extra_the_metadata_is_still_written(classifier, tmp_path,
+                                                                    monkeypatch):
+    """Our own writer embeds the metadata; only the MediaPipe files, which MediaPipe's
+    `TextClassifier` scores, need the extra, and the section says so."""
+    from keras_attn.export.mediapipe_export import self_describing_markdown
+    from keras_attn.export.mediapipe_export import self_describing_tflite
+    from keras_attn.export.tflite_metadata import read_metadata
+    from keras_attn.export.tflite_metadata import settings_from_tflite
+    from keras_attn.export.tflite_metadata import side_files
+
+    model, source, tokenizer, card = classifier
+    (tmp_path / "model_fp32.tflite").write_bytes(pathlib.Path(source).read_bytes())
+    for name, data in side_files(card, VOCABULARY, LABELS).items():
+        (tmp_path / name).write_bytes(data)
+    _without_mediapipe(monkeypatch)
+    section = self_describing_tflite(tmp_path, model, tokenizer, ASCII_TEXTS)
+    assert section["metadata"] == ["model_fp32.tflite"] and section["mediapipe"] is None
+    assert "MediaPipe files not written" in section["error"]
+    assert "pip install 'keras-attn[mediapipe]'" in section["error"]
+    assert not list(tmp_path.glob("*_mediapipe.tflite"))
+    settings = settings_from_tflite(tmp_path / "model_fp32.tflite")
+    assert settings.card == card and settings.labels == LABELS
+    markdown = "\n".join(self_describing_markdown(section))
+    assert "embedded as TFLite metadata in: `model_fp32.tflite`" in markdown
+    assert section["error"] in markdown
+    with pytest.raises(ImportError, match=r"keras-attn\[mediapipe\]"):
+        read_metadata(tmp_path / "model_fp32.tflite")
+    monkeypatch.undo()
+    pytest.importorskip("mediapipe", reason="reading it back needs the mediapipe extra")
+    assert read_metadata(tmp_path / "model_fp32.tflite")["outputs"][0]["name"] == "logits"

@@ -209,11 +209,15 @@ def test_missing_and_inconsistent_side_files_are_clear_errors(classification, tm
         load_predictor(tmp_path / "model.bin")
     with pytest.raises(PredictorError, match="is not a run directory"):
         load_predictor(tmp_path)
-    # model_<variant>.tflite carries its card (TFLite metadata); model_text.tflite does not.
-    alone = _copy([export / "model_text.tflite"], tmp_path / "alone")
-    with pytest.raises(PredictorError, match=r"model_card\.json is missing: model_text\.tflite "
+    # Every .tflite carries its card (TFLite metadata), model_text.tflite too; model.onnx
+    # needs the side files.
+    alone = _copy([export / "model_text.tflite", export / "model.onnx"], tmp_path / "alone")
+    texts = ["a good film", "Café", ""]
+    assert load_predictor(alone / "model_text.tflite").predict(texts) == \
+        load_predictor(export / "model_text.tflite").predict(texts)
+    with pytest.raises(PredictorError, match=r"model_card\.json is missing: model\.onnx "
                                              "is decoded with the labels"):
-        load_predictor(alone / "model_text.tflite")
+        load_predictor(alone / "model.onnx")
     no_vocab = _copy([export / "model.onnx", export / "model_card.json"], tmp_path / "no_vocab")
     with pytest.raises(PredictorError, match=r"vocab\.txt is missing: model\.onnx takes token"):
         load_predictor(no_vocab / "model.onnx")

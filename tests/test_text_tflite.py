@@ -1,5 +1,6 @@
 """`model_text.tflite` (raw text in, tf-text ops inside) equals the Python path."""
 
+import pathlib
 import unicodedata
 
 import keras
@@ -7,6 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_attn.export.golden_vectors import crf_card_section
+from keras_attn.export.golden_vectors import model_card
 from keras_attn.export.text_tflite import CLASSIFICATION_CUSTOM_OPS
 from keras_attn.export.text_tflite import TAGGING_CUSTOM_OPS
 from keras_attn.export.text_tflite import decode_text_entities
@@ -276,3 +279,73 @@ def test_decode_rejects_wrong_label_count(tagger):
         decode_text_entities(out, "Paris", LabelVocabulary(["O", "B-LOC", "I-LOC"]))
     with pytest.raises(ValueError, match="must be a str"):
         run_text_tflite(interpreter, b"Paris")
+
+
+def _self_describing_copy(model, report, tokenizer, labels, directory, crf=None):
+    """`model_text.tflite` with embedded metadata in `directory`, no side files beside it,
+    and a copy with the side files instead in `directory / "side"`."""
+    from keras_attn.export.tflite_metadata import embed_metadata
+    from keras_attn.export.tflite_metadata import side_files
+
+    task = "ner" if isinstance(model, BertTokenClassifier) else "classification"
+    card = model_card(task, labels, SEQUENCE_LENGTH, tokenizer, lowercase=True, crf=crf)
+    path = embed_metadata(report["path"], card, tokenizer.vocabulary, labels,
+                          output_path=directory / "model_text.tflite")
+    side = directory / "side"
+    side.mkdir()
+    (side / "model_text.tflite").write_bytes(pathlib.Path(report["path"]).read_bytes())
+    for name, data in side_files(card, tokenizer.vocabulary, labels).items():
+        (side / name).write_bytes(data)
+    return path, side / "model_text.tflite"
+
+
+def _output_order(path):
+    """The signature names of a file's outputs, in the subgraph's output order."""
+    interpreter = text_interpreter(path)
+    names = {detail["index"]: name for name, detail in
+             interpreter.get_signature_runner().get_output_details().items()}
+    return [names[detail["index"]] for detail in interpreter.get_output_details()]
+
+
+def test_metadata_makes_the_text_file_self_describing(tokenizer, classifier, tagger, tmp_path):
+    """Issue 23: `model_text.tflite` carries the vocabulary, labels and card too; `keras-attn
+    predict` runs it alone (CRF transitions from the embedded card) as with side files."""
+    pytest.importorskip("mediapipe", reason="writing metadata needs the mediapipe extra")
+    from keras_attn.export.tflite_metadata import read_metadata
+    from keras_attn.inference.predictor import load_predictor
+
+    labels = ["negative", "neutral", "positive"]
+    (tmp_path / "cls").mkdir()
+    path, side = _self_describing_copy(classifier[0], classifier[1], tokenizer, labels,
+                                       tmp_path / "cls")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["model_text.tflite", "side"]
+    metadata = read_metadata(path)
+    assert metadata["inputs"] == [{"name": "text",
+                                   "associated_files": [("vocab.txt", "VOCABULARY")]}]
+    # One entry per output, in the subgraph's order; the labels on the scores.
+    assert [t["name"] for t in metadata["outputs"]] == _output_order(path)
+    assert sorted(_output_order(path)) == ["logits", "num_truncated_tokens", "probabilities"]
+    for entry in metadata["outputs"]:
+        expected = [("labels.txt", "TENSOR_AXIS_LABELS")] \
+            if entry["name"] in ("logits", "probabilities") else []
+        assert entry["associated_files"] == expected, entry["name"]
+    texts = TEXTS[:6] + ["a good film"]
+    results = load_predictor(path).predict(texts)
+    assert results == load_predictor(side).predict(texts)
+    for text, result in zip(texts, results):
+        expected = run_text_tflite(classifier[2], text)["probabilities"][0]
+        np.testing.assert_array_equal([result["probabilities"][label] for label in labels],
+                                      expected)
+    models, report, _ = tagger
+    crf = models["crf"].get_layer("crf")
+    section = crf_card_section(*(keras.ops.convert_to_numpy(getattr(crf, name)) for name in
+                                 ("transitions", "start_transitions", "end_transitions")))
+    (tmp_path / "ner").mkdir()
+    path, side = _self_describing_copy(models["crf"], report, tokenizer, list(NER_LABELS),
+                                       tmp_path / "ner", crf=section)
+    assert [t["name"] for t in read_metadata(path)["outputs"]] == _output_order(path)
+    assert len(_output_order(path)) == 9
+    ner_texts = TEXTS[-3:]
+    entities = load_predictor(path).predict(ner_texts)
+    assert entities == load_predictor(side).predict(ner_texts)
+    assert any(result["entities"] for result in entities)

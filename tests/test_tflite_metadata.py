@@ -14,6 +14,8 @@ from keras_attn.export.mediapipe_export import keras_probabilities
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import associated_files
+from keras_attn.export.tflite_metadata import embed_metadata
+from keras_attn.export.tflite_metadata import read_metadata
 from keras_attn.export.tflite_metadata import settings_from_tflite
 from keras_attn.inference.predictor import load_predictor
 from tests.tflite_classifier import LABELS
@@ -36,7 +38,6 @@ def _inputs(tokenizer, texts):
 
 
 def _embedded(classifier, directory, card=None):
-    from keras_attn.export.tflite_metadata import embed_metadata
 
     _, path, _, default_card = classifier
     return embed_metadata(path, card or default_card, VOCABULARY, LABELS,
@@ -44,10 +45,9 @@ def _embedded(classifier, directory, card=None):
 
 
 def test_metadata_round_trip_and_model_unchanged(classifier, tmp_path):
-    pytest.importorskip("mediapipe", reason="writing metadata needs the mediapipe extra")
+    pytest.importorskip("mediapipe", reason="reading it back needs the mediapipe extra")
     from ai_edge_litert.interpreter import Interpreter
 
-    from keras_attn.export.tflite_metadata import read_metadata
 
     _, source, tokenizer, card = classifier
     path = _embedded(classifier, tmp_path)
@@ -63,6 +63,9 @@ def test_metadata_round_trip_and_model_unchanged(classifier, tmp_path):
     assert metadata["associated_files"] == [("model_card.json", "DESCRIPTIONS")]
     assert metadata["process_units"] == []  # the tokenizer unit only in MediaPipe files
     assert metadata["min_parser_version"] == "1.1.0"
+    assert metadata["name"] == "keras-attn classification"
+    assert metadata["description"].startswith("keras-attn classification model: 3 labels, 16 "
+                                              "tokens, lowercase=True")
     assert metadata["files"]["vocab.txt"].decode().splitlines() == VOCABULARY
     assert metadata["files"]["labels.txt"].decode().splitlines() == LABELS
     assert json.loads(metadata["files"]["model_card.json"]) == card
@@ -71,8 +74,6 @@ def test_metadata_round_trip_and_model_unchanged(classifier, tmp_path):
 
 
 def test_embedding_again_replaces_the_metadata(classifier, tmp_path):
-    pytest.importorskip("mediapipe", reason="writing metadata needs the mediapipe extra")
-    from keras_attn.export.tflite_metadata import embed_metadata
 
     path = _embedded(classifier, tmp_path)
     first = path.read_bytes()
@@ -83,7 +84,6 @@ def test_embedding_again_replaces_the_metadata(classifier, tmp_path):
 
 
 def test_tokenizer_settings_and_crf_transitions_round_trip(classifier, tmp_path):
-    pytest.importorskip("mediapipe", reason="writing metadata needs the mediapipe extra")
     card = dict(classifier[3], task="ner", labels=LABELS, crf=crf_card_section(
         [[0.5, -1.25, 2.0], [0.0, 1.0, -3.5], [0.125, 0.25, 0.375]], [0.1, 0.2, 0.3],
         [-0.1, -0.2, -0.3]))
@@ -105,8 +105,6 @@ def test_files_without_metadata_and_inconsistent_metadata(classifier, tmp_path):
         archive.writestr("model_card.json", json.dumps(card))
     with pytest.raises(TFLiteMetadataError, match=r"not \['vocab.txt', 'labels.txt'\]"):
         settings_from_tflite(broken)
-    pytest.importorskip("mediapipe", reason="writing metadata needs the mediapipe extra")
-    from keras_attn.export.tflite_metadata import embed_metadata
 
     with pytest.raises(TFLiteMetadataError, match="labels"):
         embed_metadata(source, card, VOCABULARY, LABELS[::-1])
@@ -115,7 +113,6 @@ def test_files_without_metadata_and_inconsistent_metadata(classifier, tmp_path):
 
 
 def test_predict_runs_from_the_tflite_file_alone(classifier, tmp_path, capsys):
-    pytest.importorskip("mediapipe", reason="writing metadata needs the mediapipe extra")
     from keras_attn.cli import main
 
     model, _, tokenizer, _ = classifier

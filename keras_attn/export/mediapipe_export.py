@@ -218,41 +218,44 @@ def keras_probabilities(model, tokenizer, texts, batch_size=32):
 
 def self_describing_tflite(export_dir, model, tokenizer, texts, log=None):
     """What `keras-attn export` adds for issue 23, in one call: TFLite metadata in every
-    token-id `.tflite` file of `export_dir` (`embed_metadata`, from the export's
-    `model_card.json`, `vocab.txt`, `labels.txt`), and for a classifier the MediaPipe files
-    scored on `texts` (`write_mediapipe_artifacts`).
+    `.tflite` file of `export_dir`, `model_text.tflite` included (`embed_metadata`, from
+    the export's `model_card.json`, `vocab.txt`, `labels.txt`), and for a classifier the
+    MediaPipe files scored on `texts` (`write_mediapipe_artifacts`).
 
-    Without the `mediapipe` extra nothing is written and the section says why.
+    Without the `mediapipe` extra (MediaPipe's `TextClassifier`, which scores the MediaPipe
+    files) the metadata is still embedded; the MediaPipe files are not written and the
+    section says why.
 
     Returns:
         The report section: `{"metadata": [file names], "mediapipe": {...} or None,
-        "error": None or str}`.
+        "error": None or why the MediaPipe files were not written}`.
     """
     log = log or (lambda message: None)
     export_dir = pathlib.Path(export_dir)
-    try:
-        # The optional `mediapipe` extra: the metadata schema code and TextClassifier.
-        import mediapipe  # noqa: F401
-    except ImportError as error:
-        message = f"TFLite metadata not written: {error} (pip install 'keras-attn[mediapipe]')"
-        log(message)
-        return {"metadata": [], "mediapipe": None, "error": message}
     card = json.loads((export_dir / "model_card.json").read_text("utf-8"))
     vocabulary = (export_dir / "vocab.txt").read_text("utf-8").rstrip("\n").split("\n")
     embedded = []
     for path in sorted(export_dir.glob("model_*.tflite")):
-        if path.name == "model_text.tflite" or path.stem.endswith("_mediapipe"):
-            continue  # text in (no token ids); MediaPipe files get their own flavour
+        if path.stem.endswith("_mediapipe"):
+            continue  # MediaPipe files get their own flavour
         embed_metadata(path, card, vocabulary, card["labels"])
         embedded.append(path.name)
     log(f"metadata (vocab.txt, labels.txt, model_card.json) embedded in {', '.join(embedded)}")
-    section = None
-    if card["task"] == "classification":
-        texts = list(texts)
-        log(f"MediaPipe TextClassifier files, scored on {len(texts):,} texts")
-        section = write_mediapipe_artifacts(
-            export_dir, card, vocabulary, texts,
-            keras_probabilities(model, tokenizer, texts), tokenizer)
+    if card["task"] != "classification":
+        return {"metadata": embedded, "mediapipe": None, "error": None}
+    try:
+        # The optional `mediapipe` extra: MediaPipe's TextClassifier scores the files.
+        import mediapipe  # noqa: F401
+    except ImportError as error:
+        message = (f"MediaPipe files not written: scoring them needs MediaPipe's "
+                   f"TextClassifier ({error}; pip install 'keras-attn[mediapipe]')")
+        log(message)
+        return {"metadata": embedded, "mediapipe": None, "error": message}
+    texts = list(texts)
+    log(f"MediaPipe TextClassifier files, scored on {len(texts):,} texts")
+    section = write_mediapipe_artifacts(
+        export_dir, card, vocabulary, texts, keras_probabilities(model, tokenizer, texts),
+        tokenizer)
     return {"metadata": embedded, "mediapipe": section, "error": None}
 
 
@@ -260,11 +263,11 @@ def self_describing_markdown(section):
     """Report lines of `self_describing_tflite`'s section (empty for reports without it)."""
     if not section:
         return []
-    if section["error"]:
-        return ["", f"TFLite metadata was not written: {section['error']}"]
     lines = ["", "## Self-describing TFLite files and MediaPipe", "",
              "Vocabulary, labels and model card embedded as TFLite metadata in: "
              + ", ".join(f"`{name}`" for name in section["metadata"]) + "."]
+    if section["error"]:
+        lines += ["", section["error"] + "."]
     if section["mediapipe"]:
         lines += ["", "MediaPipe `TextClassifier` vs the Keras float model (tokenized "
                   "differently: MediaPipe's scores differ from LiteRT's on our ids for the "

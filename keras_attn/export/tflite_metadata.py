@@ -7,7 +7,9 @@ parts, both inside the `.tflite` file:
 - a `ModelMetadata` flatbuffer (file identifier `M001`) stored in one of the model's buffers
   and named by a `Model.metadata` entry `"TFLITE_METADATA"`: per input and output tensor a
   name, a description and the associated files it uses (`vocab.txt` on the token ids as
-  `VOCABULARY`, `labels.txt` on the output as `TENSOR_AXIS_LABELS`), and at model level
+  `VOCABULARY`, `labels.txt` on the output as `TENSOR_AXIS_LABELS`; in `model_text.tflite`
+  the vocabulary on the `text` input, whose tokenizer is in the graph, one entry per output
+  and the labels on `logits` and `probabilities`), and at model level
   `model_card.json` (`DESCRIPTIONS`: task, sequence length, tokenizer settings such as
   lower-casing, special ids and, for a CRF tagger, the transition scores);
 - the associated files themselves, as a zip archive appended after the flatbuffer (entries
@@ -20,14 +22,16 @@ a BERT tokenizer process unit with the vocabulary on the subgraph; it is written
 files whose output is a probability (`keras_attn.export.mediapipe_export`), because MediaPipe
 reports the output tensor as the scores as is.
 
-The flatbuffer is written and read with the generated code of the schema that the
-`mediapipe` wheel ships (`mediapipe.tasks.metadata.metadata_schema_py_generated`, generated
-by Google from `metadata_schema.fbs` with `flatc`, object API); the model itself is read
-with TensorFlow's `tensorflow.lite.tools.flatbuffer_utils` and written with
-`keras_attn.export.tflite_sharing.pack_model` (each quantization table once). Writing needs
-the `mediapipe` extra (`pip install keras-attn[mediapipe]`); `settings_from_tflite`, which
-`keras-attn predict` uses, reads the zip part only and needs nothing beyond the standard
-library.
+The metadata flatbuffer is written by `_serialize`, a serializer of the schema's tables we
+use (`_SCHEMA_FIELDS`, with the `flatbuffers` package TensorFlow depends on), so every export
+writes it; it is read back with the generated code of the schema that the `mediapipe` wheel
+ships (`mediapipe.tasks.metadata.metadata_schema_py_generated`, Google's `flatc` output for
+`metadata_schema.fbs`), a maintained reader (`read_metadata`, the optional `mediapipe`
+extra), and by MediaPipe Tasks itself. The model is read with TensorFlow's
+`tensorflow.lite.tools.flatbuffer_utils` and written with
+`keras_attn.export.tflite_sharing.pack_model` (each quantization table once).
+`settings_from_tflite`, which `keras-attn predict` uses, reads the zip part only and needs
+nothing beyond the standard library.
 """
 
 import dataclasses
@@ -55,7 +59,23 @@ _DESCRIPTIONS = {
     "token_ids": "Word-piece ids of [CLS] text [SEP], padded with the [PAD] id.",
     "segment_ids": "0 for every position (one sentence).",
     "padding_mask": "1 for real tokens, 0 for padding.",
+    "text": "One UTF-8 text; the WordPiece tokenizer runs inside the graph (tf-text ops).",
 }
+# The outputs of `model_text.tflite` (keras_attn.export.text_tflite), by signature name.
+_TEXT_OUTPUTS = {
+    "logits": "Logits over the labels (per word piece for a tagger).",
+    "probabilities": "Softmax of the logits.",
+    "num_truncated_tokens": "Word pieces cut to fit the sequence length.",
+    "token_ids": "Word-piece ids the model ran on.",
+    "word_ids": "Word index of each piece, -1 at [CLS], [SEP] and padding.",
+    "token_start": "Start of each piece in code points of the text, -1 at specials.",
+    "token_end": "End (exclusive) of each piece in code points, -1 at specials.",
+    "word_start": "Start of each kept word in code points, then -1.",
+    "word_end": "End (exclusive) of each kept word in code points, then -1.",
+    "num_words": "Words in the whole text.",
+    "num_truncated_words": "Words whose first piece was cut (tagged O).",
+}
+_LABELLED_OUTPUTS = ("logits", "probabilities")
 # MediaPipe's BERT preprocessor finds its three inputs by these metadata names.
 MEDIAPIPE_INPUT_NAMES = {"token_ids": "ids", "padding_mask": "mask", "segment_ids": "segment_ids"}
 
@@ -65,14 +85,74 @@ class TFLiteMetadataError(ValueError):
 
 
 def _schema():
-    """The generated metadata schema module of the `mediapipe` wheel."""
+    """The generated metadata schema module of the `mediapipe` wheel (the reader)."""
     try:  # imported on use: the optional `mediapipe` extra (keras-attn[mediapipe])
         from mediapipe.tasks.metadata import metadata_schema_py_generated
     except ImportError as error:
         raise ImportError(
-            "Writing and reading TFLite metadata flatbuffers needs the `mediapipe` extra "
-            f"(pip install 'keras-attn[mediapipe]'): {error}") from None
+            "Reading TFLite metadata flatbuffers with the generated schema code needs the "
+            f"`mediapipe` extra (pip install 'keras-attn[mediapipe]'): {error}") from None
     return metadata_schema_py_generated
+
+
+# The tables of `metadata_schema.fbs` we write, with their fields in declaration order: a
+# field's vtable slot is its position, a union takes two slots (its type, then the table).
+_SCHEMA_FIELDS = {
+    "AssociatedFile": ("name", "description", "type"),
+    "FeatureProperties": (),
+    "Content": ("content_properties_type", "content_properties"),
+    "BertTokenizerOptions": ("vocab_file",),
+    "ProcessUnit": ("options_type", "options"),
+    "TensorMetadata": ("name", "description", "dimension_names", "content", "process_units",
+                       "stats", "associated_files"),
+    "SubGraphMetadata": ("name", "description", "input_tensor_metadata",
+                         "output_tensor_metadata", "associated_files", "input_process_units"),
+    "ModelMetadata": ("name", "description", "version", "subgraph_metadata", "author",
+                      "license", "associated_files", "min_parser_version"),
+}
+# Enum values of the schema: AssociatedFileType, and the member indices of the unions
+# ContentProperties and ProcessUnitOptions.
+_TYPE_DESCRIPTIONS, _TYPE_TENSOR_AXIS_LABELS, _TYPE_VOCABULARY = 1, 2, 5
+_FEATURE_PROPERTIES, _BERT_TOKENIZER_OPTIONS = 1, 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """One table of `_SCHEMA_FIELDS`: `fields` maps field names to str, int (an enum or a
+    union's type, one byte), `_Table` or a list of str or `_Table`."""
+
+    kind: str
+    fields: dict
+
+
+def _table(kind, **fields):
+    unknown = set(fields) - set(_SCHEMA_FIELDS[kind])
+    if unknown:
+        raise ValueError(f"the schema's {kind} has no fields {sorted(unknown)}")
+    return _Table(kind, {name: value for name, value in fields.items() if value is not None})
+
+
+def _serialize(builder, value):
+    """The offset of `value` (str, `_Table` or list) in `builder`; children are written
+    before their parent, as flatbuffers requires."""
+    if isinstance(value, str):
+        return builder.CreateString(value)
+    if isinstance(value, list):
+        offsets = [_serialize(builder, item) for item in value]
+        builder.StartVector(4, len(offsets), 4)
+        for offset in reversed(offsets):
+            builder.PrependUOffsetTRelative(offset)
+        return builder.EndVector()
+    fields = _SCHEMA_FIELDS[value.kind]
+    children = {name: _serialize(builder, child) for name, child in value.fields.items()
+                if not isinstance(child, int)}
+    builder.StartObject(len(fields))
+    for name, child in value.fields.items():
+        if isinstance(child, int):
+            builder.PrependUint8Slot(fields.index(name), child, 0)
+        else:
+            builder.PrependUOffsetTRelativeSlot(fields.index(name), children[name], 0)
+    return builder.EndObject()
 
 
 def _input_names(model):
@@ -87,58 +167,79 @@ def _input_names(model):
         if name is None:
             raise TFLiteMetadataError(
                 f"input tensor {tensor_name!r} is none of {list(_DESCRIPTIONS)}: only "
-                "keras-attn token-id models get this metadata")
+                "keras-attn token-id and text models get this metadata")
         names.append(name)
     return names
 
 
+def _output_names(model):
+    """The signature names of the subgraph's outputs, in the subgraph's output order."""
+    graph = model.subgraphs[0]
+    signature = model.signatureDefs[0] if model.signatureDefs else None
+    by_index = {entry.tensorIndex: entry.name.decode() for entry in signature.outputs} \
+        if signature else {}
+    return [by_index.get(index, graph.tensors[index].name.decode()) for index in graph.outputs]
+
+
+def _feature_content():
+    return _table("Content", content_properties_type=_FEATURE_PROPERTIES,
+                  content_properties=_table("FeatureProperties"))
+
+
+def _output_metadata(model, card, mediapipe, labels):
+    """Per output tensor, in order: one `logits` (`probability` in the MediaPipe flavour)
+    output of a token-id model, or the outputs of `model_text.tflite`."""
+    if _input_names(model) != ["text"]:
+        # The MediaPipe flavour goes only into files whose output is a softmax.
+        per_token = " of each token" if task_spec(card["task"]).token_labels else ""
+        names = [("probability" if mediapipe else "logits",
+                  "Probabilities of the labels (softmax in the graph)." if mediapipe
+                  else f"Logits over the labels{per_token}.", True)]
+    else:
+        names = []
+        for name in _output_names(model):
+            if name not in _TEXT_OUTPUTS:
+                raise TFLiteMetadataError(
+                    f"output {name!r} of a text-input model is none of {list(_TEXT_OUTPUTS)}:"
+                    " only keras-attn `model_text.tflite` files get this metadata")
+            names.append((name, _TEXT_OUTPUTS[name], name in _LABELLED_OUTPUTS))
+    return [_table("TensorMetadata", name=name, description=description,
+                   content=_feature_content(), associated_files=[labels] if labelled else None)
+            for name, description, labelled in names]
+
+
 def _metadata_flatbuffer(model, card, mediapipe):
     """The serialized `ModelMetadata` of `model` (a flatbuffer `ModelT`) for `card`."""
-    fb = _schema()
-
-    def associated(name, kind, description):
-        return fb.AssociatedFileT(name=name, description=description, type=kind)
-
-    vocabulary = associated(VOCAB_FILE, fb.AssociatedFileType.VOCABULARY,
-                            "WordPiece vocabulary, one token per line; line i is id i.")
+    vocabulary = _table("AssociatedFile", name=VOCAB_FILE, type=_TYPE_VOCABULARY,
+                        description="WordPiece vocabulary, one token per line; line i is id i.")
+    labels = _table("AssociatedFile", name=LABELS_FILE, type=_TYPE_TENSOR_AXIS_LABELS,
+                    description="Labels of the last output axis, one per line.")
     inputs = []
     for name in _input_names(model):
-        metadata_name = MEDIAPIPE_INPUT_NAMES[name] if mediapipe else name
-        inputs.append(fb.TensorMetadataT(
-            name=metadata_name, description=_DESCRIPTIONS[name],
-            content=fb.ContentT(contentPropertiesType=fb.ContentProperties.FeatureProperties,
-                                contentProperties=fb.FeaturePropertiesT()),
-            associatedFiles=[vocabulary] if name == "token_ids" else None))
-    # The MediaPipe flavour goes only into files whose output is a softmax.
-    per_token = " of each token" if task_spec(card["task"]).token_labels else ""
-    output = fb.TensorMetadataT(
-        name="probability" if mediapipe else "logits",
-        description=("Probabilities of the labels (softmax in the graph)." if mediapipe
-                     else f"Logits over the labels{per_token}."),
-        content=fb.ContentT(contentPropertiesType=fb.ContentProperties.FeatureProperties,
-                            contentProperties=fb.FeaturePropertiesT()),
-        associatedFiles=[associated(LABELS_FILE, fb.AssociatedFileType.TENSOR_AXIS_LABELS,
-                                    "Labels of the last output axis, one per line.")])
-    subgraph = fb.SubGraphMetadataT(inputTensorMetadata=inputs,
-                                    outputTensorMetadata=[output])
-    if mediapipe:
-        subgraph.inputProcessUnits = [fb.ProcessUnitT(
-            optionsType=fb.ProcessUnitOptions.BertTokenizerOptions,
-            options=fb.BertTokenizerOptionsT(vocabFile=[vocabulary]))]
+        inputs.append(_table(
+            "TensorMetadata", name=MEDIAPIPE_INPUT_NAMES[name] if mediapipe else name,
+            description=_DESCRIPTIONS[name], content=_feature_content(),
+            associated_files=[vocabulary] if name in ("token_ids", "text") else None))
+    units = [_table("ProcessUnit", options_type=_BERT_TOKENIZER_OPTIONS,
+                    options=_table("BertTokenizerOptions", vocab_file=[vocabulary]))]
+    subgraph = _table("SubGraphMetadata", input_tensor_metadata=inputs,
+                      output_tensor_metadata=_output_metadata(model, card, mediapipe, labels),
+                      input_process_units=units if mediapipe else None)
     tokenizer = card["tokenizer"]
-    metadata = fb.ModelMetadataT(
+    metadata = _table(
+        "ModelMetadata",
         name=f"keras-attn {card['task']}",
         description=(f"keras-attn {card['task']} model: {len(card['labels'])} labels, "
                      f"{card['sequence_length']} tokens, lowercase={tokenizer['lowercase']}, "
                      f"strip_accents={tokenizer['strip_accents']}. Settings in "
                      f"{CARD_FILE}."),
         version=str(card.get("keras_attn_version") or ""),
-        subgraphMetadata=[subgraph], minParserVersion=MIN_PARSER_VERSION,
-        associatedFiles=[associated(CARD_FILE, fb.AssociatedFileType.DESCRIPTIONS,
-                                    "keras-attn model card (JSON): task, labels, sequence "
-                                    "length, tokenizer settings, CRF transitions.")])
+        subgraph_metadata=[subgraph], min_parser_version=MIN_PARSER_VERSION,
+        associated_files=[_table("AssociatedFile", name=CARD_FILE, type=_TYPE_DESCRIPTIONS,
+                                 description="keras-attn model card (JSON): task, labels, "
+                                 "sequence length, tokenizer settings, CRF transitions.")])
     builder = flatbuffers.Builder(1024)
-    builder.Finish(metadata.Pack(builder), METADATA_IDENTIFIER)
+    builder.Finish(_serialize(builder, metadata), METADATA_IDENTIFIER)
     return bytes(builder.Output())
 
 
@@ -148,7 +249,7 @@ def embed_metadata(path, card, vocabulary, labels, mediapipe=False, output_path=
     Metadata already in the file (a previous call) is replaced, so calling it again is safe.
 
     Args:
-        path: the `.tflite` file (a keras-attn token-id model).
+        path: the `.tflite` file (a keras-attn token-id model or `model_text.tflite`).
         card: the export's model card dict (`keras_attn.export.golden_vectors.model_card`).
         vocabulary: list of str, the `vocab.txt` lines.
         labels: list of str, in output order.
