@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from keras_attn.export.tflite_export import TFLITE_VARIANTS
+from keras_attn.export.tflite_export import default_signature_key
 from keras_attn.export.tflite_export import export_tflite
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_export import tflite_op_report
@@ -206,3 +207,19 @@ def test_float_feedforward_channels_convert_to_small_float_matmuls(tmp_path):
     fake_quant = keras.ops.convert_to_numpy(qat(x))
     assert (out.argmax(-1) == fake_quant.argmax(-1)).mean() >= 0.99
     assert np.abs(out - fake_quant).max() < 0.1 * np.abs(fake_quant).max()
+
+
+def test_default_signature_key_is_serving_default_or_the_only_one():
+    class Signatures:  # what default_signature_key reads of a LiteRT Interpreter
+        def __init__(self, keys):
+            self.keys = keys
+
+        def get_signature_list(self):
+            return {key: {"inputs": [], "outputs": []} for key in self.keys}
+
+    assert default_signature_key(Signatures(["tokens_16", "serving_default"])) == \
+        "serving_default"
+    assert default_signature_key(Signatures(["serve"])) == "serve"
+    for keys in (["a", "b"], []):
+        with pytest.raises(ValueError, match="none is 'serving_default'"):
+            default_signature_key(Signatures(keys))

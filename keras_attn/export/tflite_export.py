@@ -346,12 +346,20 @@ def _interpreter(path, num_threads):
     return interpreter
 
 
-def default_signature_runner(interpreter):
-    """The runner of `serving_default` (the full-length signature of a bucketed file), or
-    of the only signature."""
+def default_signature_key(interpreter):
+    """`serving_default` (the full-length signature of a bucketed file), or the only
+    signature's key."""
     keys = list(interpreter.get_signature_list())
-    return interpreter.get_signature_runner(DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in keys
-                                            else None)
+    if DEFAULT_SIGNATURE not in keys and len(keys) != 1:
+        raise ValueError(f"the model has signatures {keys}: none is {DEFAULT_SIGNATURE!r} "
+                         "and there is not exactly one; keras-attn TFLite files have "
+                         f"{DEFAULT_SIGNATURE!r}")
+    return DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in keys else keys[0]
+
+
+def default_signature_runner(interpreter):
+    """The runner of `default_signature_key(interpreter)`."""
+    return interpreter.get_signature_runner(default_signature_key(interpreter))
 
 
 def _input_index(interpreter):
