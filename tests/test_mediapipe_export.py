@@ -9,8 +9,17 @@ import pytest
 
 from keras_attn.export.mediapipe_export import append_softmax
 from keras_attn.export.mediapipe_export import keras_probabilities
+from keras_attn.export.mediapipe_export import mediapipe_classifier
+from keras_attn.export.mediapipe_export import mediapipe_probabilities
+from keras_attn.export.mediapipe_export import self_describing_artifacts
+from keras_attn.export.mediapipe_export import self_describing_markdown
+from keras_attn.export.mediapipe_export import write_mediapipe_artifacts
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.export.tflite_metadata import embed_metadata
+from keras_attn.export.tflite_metadata import read_metadata
+from keras_attn.export.tflite_metadata import settings_from_tflite
+from keras_attn.export.tflite_metadata import side_files
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.tflite_classifier import LABELS
 from tests.tflite_classifier import LENGTH
@@ -56,8 +65,6 @@ def test_append_softmax_outputs_the_probabilities(classifier, tmp_path):
 def test_mediapipe_text_classifier_agrees_with_keras(classifier, tmp_path):
     pytest.importorskip("mediapipe", reason="MediaPipe's TextClassifier needs the mediapipe "
                         "extra: pip install 'keras-attn[mediapipe]'")
-    from keras_attn.export.mediapipe_export import write_mediapipe_artifacts
-    from keras_attn.export.tflite_metadata import read_metadata
 
     model, source, tokenizer, card = classifier
     (tmp_path / "model_fp32.tflite").write_bytes(open(source, "rb").read())
@@ -84,9 +91,6 @@ def test_mediapipe_tokenizes_with_ascii_lowercasing_only(classifier, tmp_path):
     lower-cases ASCII letters only and strips no accents."""
     pytest.importorskip("mediapipe", reason="MediaPipe's TextClassifier needs the mediapipe "
                         "extra: pip install 'keras-attn[mediapipe]'")
-    from keras_attn.export.mediapipe_export import mediapipe_classifier
-    from keras_attn.export.mediapipe_export import mediapipe_probabilities
-    from keras_attn.export.tflite_metadata import embed_metadata
 
     _, source, _, card = classifier
     path = append_softmax(source, tmp_path / "mediapipe.tflite")
@@ -103,7 +107,6 @@ def test_mediapipe_tokenizes_with_ascii_lowercasing_only(classifier, tmp_path):
 
 
 def test_only_classifiers_get_mediapipe_files(classifier, tmp_path):
-    from keras_attn.export.mediapipe_export import write_mediapipe_artifacts
 
     card = dict(classifier[3], task="ner")
     with pytest.raises(ValueError, match="no token classifier"):
@@ -121,18 +124,12 @@ def test_without_the_mediapipe_extra_the_metadata_is_still_written(classifier, t
                                                                     monkeypatch):
     """Our own writer embeds the metadata; only the MediaPipe files, which MediaPipe's
     `TextClassifier` scores, need the extra, and the section says so."""
-    from keras_attn.export.mediapipe_export import self_describing_markdown
-    from keras_attn.export.mediapipe_export import self_describing_tflite
-    from keras_attn.export.tflite_metadata import read_metadata
-    from keras_attn.export.tflite_metadata import settings_from_tflite
-    from keras_attn.export.tflite_metadata import side_files
-
     model, source, tokenizer, card = classifier
     (tmp_path / "model_fp32.tflite").write_bytes(pathlib.Path(source).read_bytes())
     for name, data in side_files(card, VOCABULARY, LABELS).items():
         (tmp_path / name).write_bytes(data)
     _without_mediapipe(monkeypatch)
-    section = self_describing_tflite(tmp_path, model, tokenizer, ASCII_TEXTS)
+    section = self_describing_artifacts(tmp_path, model, tokenizer, ASCII_TEXTS)
     assert section["metadata"] == ["model_fp32.tflite"] and section["mediapipe"] is None
     assert "MediaPipe files not written" in section["error"]
     assert "pip install 'keras-attn[mediapipe]'" in section["error"]
@@ -140,7 +137,7 @@ def test_without_the_mediapipe_extra_the_metadata_is_still_written(classifier, t
     settings = settings_from_tflite(tmp_path / "model_fp32.tflite")
     assert settings.card == card and settings.labels == LABELS
     markdown = "\n".join(self_describing_markdown(section))
-    assert "embedded as TFLite metadata in: `model_fp32.tflite`" in markdown
+    assert "`metadata_props`) in: `model_fp32.tflite`." in markdown
     assert section["error"] in markdown
     with pytest.raises(ImportError, match=r"keras-attn\[mediapipe\]"):
         read_metadata(tmp_path / "model_fp32.tflite")

@@ -11,7 +11,9 @@ import onnx
 import pytest
 
 from keras_attn.export.onnx_export import OnnxRunner
+from keras_attn.export.onnx_export import embed_onnx_metadata
 from keras_attn.export.onnx_export import export_onnx
+from keras_attn.export.onnx_export import onnx_settings
 from keras_attn.export.onnx_export import quantize_onnx_dynamic
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
@@ -297,3 +299,34 @@ def test_export_names_the_op_tf2onnx_cannot_convert(tmp_path):
     with pytest.raises(ValueError, match="log_gamma.*'Lgamma'.*not an ONNX operator"):
         export_onnx(model, path)
     assert not os.path.exists(path)
+
+
+# === Self-describing files (issue 23) ===
+
+
+def test_metadata_props_carry_card_vocabulary_and_labels(classifier_file, tmp_path):
+    card = {"task": "classification", "labels": ["neg", "pos"], "sequence_length": 16,
+            "tokenizer": {"lowercase": True, "strip_accents": True, "vocabulary_size": 3}}
+    vocabulary, labels = ["[PAD]", "[UNK]", "café"], ["neg", "pos"]
+    path = str(tmp_path / "model.onnx")
+    with open(classifier_file, "rb") as source, open(path, "wb") as copy:
+        copy.write(source.read())
+    x = batch(2, 4)
+    before = OnnxRunner(path)(x)
+    assert onnx_settings(OnnxRunner(path).session, path) is None
+    assert embed_onnx_metadata(path, card, vocabulary, labels) == path
+    settings = onnx_settings(OnnxRunner(path).session, path)
+    assert (settings.card, settings.vocabulary, settings.labels) == (card, vocabulary, labels)
+    props = {entry.key: entry.value for entry in onnx.load(path).metadata_props}
+    assert props["keras_attn.model_class"] == "BertClassifier"  # export_onnx's entries kept
+    assert props["vocab.txt"] == "[PAD]\n[UNK]\ncafé\n" and props["labels.txt"] == "neg\npos\n"
+    np.testing.assert_array_equal(OnnxRunner(path)(x), before)
+    first = os.path.getmtime(path), open(path, "rb").read()
+    embed_onnx_metadata(path, card, vocabulary, labels)  # the same entries: file untouched
+    assert (os.path.getmtime(path), open(path, "rb").read()) == first
+    embed_onnx_metadata(path, dict(card, labels=["a", "b"]), vocabulary, ["a", "b"])
+    assert onnx_settings(OnnxRunner(path).session, path).labels == ["a", "b"]
+    assert sum(entry.key == "labels.txt" for entry in onnx.load(path).metadata_props) == 1
+    quantized = quantize_onnx_dynamic(path, str(tmp_path / "model_int8.onnx"))
+    embed_onnx_metadata(quantized, card, vocabulary, labels)
+    assert onnx_settings(OnnxRunner(quantized).session, quantized).card == card

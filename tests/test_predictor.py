@@ -11,6 +11,7 @@ import shutil
 
 import keras
 import numpy as np
+import onnx
 import pytest
 
 from keras_attn.export.serving_module import export_saved_model
@@ -209,12 +210,20 @@ def test_missing_and_inconsistent_side_files_are_clear_errors(classification, tm
         load_predictor(tmp_path / "model.bin")
     with pytest.raises(PredictorError, match="is not a run directory"):
         load_predictor(tmp_path)
-    # Every .tflite carries its card (TFLite metadata), model_text.tflite too; model.onnx
-    # needs the side files.
-    alone = _copy([export / "model_text.tflite", export / "model.onnx"], tmp_path / "alone")
+    # Every .tflite and .onnx file carries its card, vocabulary and labels (TFLite metadata,
+    # ONNX metadata_props), model_text.tflite too: alone, each predicts what it predicts
+    # beside the side files. Without them, the side files are needed.
+    names = ["model_text.tflite", "model.onnx", "model_dynamic_int8.onnx"]
+    alone = _copy([export / name for name in names], tmp_path / "alone")
     texts = ["a good film", "Café", ""]
-    assert load_predictor(alone / "model_text.tflite").predict(texts) == \
-        load_predictor(export / "model_text.tflite").predict(texts)
+    for name in names:
+        assert load_predictor(alone / name).predict(texts) == \
+            load_predictor(export / name).predict(texts), name
+    bare = onnx.load(alone / "model.onnx")
+    assert {"model_card.json", "vocab.txt", "labels.txt"} <= {
+        entry.key for entry in bare.metadata_props}
+    del bare.metadata_props[:]
+    onnx.save(bare, alone / "model.onnx")
     with pytest.raises(PredictorError, match=r"model_card\.json is missing: model\.onnx "
                                              "is decoded with the labels"):
         load_predictor(alone / "model.onnx")

@@ -1,8 +1,8 @@
 """Export of trained keras-attn models to deployable artifacts: TFLite (float, float16,
 dynamic-range int8, full int8 from QAT or PTQ, raw text in; `run_in_float` for int8 ops
-without an XNNPACK kernel), ONNX, the TF Serving
-SavedModel, TFLite metadata and MediaPipe-ready classifiers, and `export_run`, the whole
-`keras-attn export` stage with its report.
+without an XNNPACK kernel), ONNX, the TF Serving SavedModel; TFLite metadata and ONNX
+`metadata_props` that make each file self-describing; MediaPipe-ready classifiers; and
+`export_run`, the whole `keras-attn export` stage with its report.
 
 TensorFlow-specific by design (the converters are).
 """
@@ -10,7 +10,9 @@ TensorFlow-specific by design (the converters are).
 from keras_attn.export.mediapipe_export import append_softmax
 from keras_attn.export.mediapipe_export import write_mediapipe_artifacts
 from keras_attn.export.onnx_export import OnnxRunner
+from keras_attn.export.onnx_export import embed_onnx_metadata
 from keras_attn.export.onnx_export import export_onnx
+from keras_attn.export.onnx_export import onnx_settings
 from keras_attn.export.onnx_export import quantize_onnx_dynamic
 from keras_attn.export.run_exporter import ExportError
 from keras_attn.export.run_exporter import ExportOptions
@@ -50,12 +52,14 @@ __all__ = [
     "check_builtins_only",
     "decode_text_entities",
     "embed_metadata",
+    "embed_onnx_metadata",
     "export_onnx",
     "export_run",
     "export_saved_model",
     "export_text_tflite",
     "export_tflite",
     "load_saved_model",
+    "onnx_settings",
     "quantize_onnx_dynamic",
     "read_metadata",
     "run_in_float",

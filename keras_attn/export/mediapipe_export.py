@@ -29,6 +29,7 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
+from keras_attn.export.onnx_export import embed_onnx_metadata
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_metadata import embed_metadata
 
@@ -216,10 +217,11 @@ def keras_probabilities(model, tokenizer, texts, batch_size=32):
     return np.concatenate(rows)
 
 
-def self_describing_tflite(export_dir, model, tokenizer, texts, log=None):
-    """What `keras-attn export` adds for issue 23, in one call: TFLite metadata in every
-    `.tflite` file of `export_dir`, `model_text.tflite` included (`embed_metadata`, from
-    the export's `model_card.json`, `vocab.txt`, `labels.txt`), and for a classifier the
+def self_describing_artifacts(export_dir, model, tokenizer, texts, log=None):
+    """What `keras-attn export` adds for issue 23, in one call: the export's
+    `model_card.json`, `vocab.txt` and `labels.txt` embedded in every `.tflite` file of
+    `export_dir` (TFLite metadata, `embed_metadata`; `model_text.tflite` included) and every
+    `.onnx` file (`metadata_props`, `embed_onnx_metadata`), and for a classifier the
     MediaPipe files scored on `texts` (`write_mediapipe_artifacts`).
 
     Without the `mediapipe` extra (MediaPipe's `TextClassifier`, which scores the MediaPipe
@@ -239,6 +241,9 @@ def self_describing_tflite(export_dir, model, tokenizer, texts, log=None):
         if path.stem.endswith("_mediapipe"):
             continue  # MediaPipe files get their own flavour
         embed_metadata(path, card, vocabulary, card["labels"])
+        embedded.append(path.name)
+    for path in sorted(export_dir.glob("*.onnx")):
+        embed_onnx_metadata(path, card, vocabulary, card["labels"])
         embedded.append(path.name)
     log(f"metadata (vocab.txt, labels.txt, model_card.json) embedded in {', '.join(embedded)}")
     if card["task"] != "classification":
@@ -260,11 +265,12 @@ def self_describing_tflite(export_dir, model, tokenizer, texts, log=None):
 
 
 def self_describing_markdown(section):
-    """Report lines of `self_describing_tflite`'s section (empty for reports without it)."""
+    """Report lines of `self_describing_artifacts`'s section (empty for reports without it)."""
     if not section:
         return []
     lines = ["", "## Self-describing TFLite files and MediaPipe", "",
-             "Vocabulary, labels and model card embedded as TFLite metadata in: "
+             "Vocabulary, labels and model card embedded (TFLite metadata, ONNX "
+             "`metadata_props`) in: "
              + ", ".join(f"`{name}`" for name in section["metadata"]) + "."]
     if section["error"]:
         lines += ["", section["error"] + "."]

@@ -6,6 +6,9 @@
   quantized at run time).
 - `OnnxRunner`: an onnxruntime session fed with the same dict of numpy arrays as the
   Keras model, with a fixed number of intra-op threads (for latency measurements).
+- `embed_onnx_metadata` / `onnx_settings`: the model card, vocabulary and labels as the
+  file's `metadata_props` (keys `model_card.json`, `vocab.txt`, `labels.txt`, the names of
+  the side files), so one `.onnx` file is enough to tokenize, run and decode.
 
 Exact GELU: on TensorFlow, `keras.activations.gelu(x)` is `0.5 x erfc(-x / sqrt(2))`.
 tf2onnx has no conversion for `Erfc` (ONNX has no such operator) and leaves the TF op in
@@ -27,6 +30,8 @@ import tf2onnx
 from onnx import helper
 from onnx import numpy_helper
 
+from keras_attn.export.tflite_metadata import settings_from_files
+from keras_attn.export.tflite_metadata import side_files
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_int
 
@@ -373,6 +378,55 @@ def quantize_onnx_dynamic(src, dst, per_channel=True):
     finally:
         root.removeFilter(_drop_pre_processing_advice)
     return os.fspath(dst)
+
+
+def embed_onnx_metadata(path, card, vocabulary, labels):
+    """Writes the model card, vocabulary and labels into an ONNX file's `metadata_props`.
+
+    Each is one string entry named after its side file (`model_card.json`, `vocab.txt`,
+    `labels.txt`, with the same text); entries already there under those names are
+    replaced, other entries (`keras_attn.model_class`, ...) kept, and a file whose entries
+    are already these is left untouched. onnxruntime reads them back without parsing the
+    graph: `InferenceSession(path).get_modelmeta().custom_metadata_map`.
+
+    Args:
+        path: str or path-like, a keras-attn ONNX file.
+        card: the export's model card dict (`keras_attn.export.golden_vectors.model_card`).
+        vocabulary: list of str, the `vocab.txt` lines.
+        labels: list of str, in output order.
+
+    Returns:
+        str, `path`.
+    """
+    path = os.fspath(path)
+    model_proto = onnx.load(path)
+    files = {name: data.decode("utf-8")
+             for name, data in side_files(card, vocabulary, labels).items()}
+    kept = [(entry.key, entry.value) for entry in model_proto.metadata_props
+            if entry.key not in files]
+    del model_proto.metadata_props[:]
+    for key, value in kept + sorted(files.items()):
+        model_proto.metadata_props.add(key=key, value=value)
+    data = model_proto.SerializeToString()
+    with open(path, "rb") as f:
+        unchanged = f.read() == data
+    if not unchanged:
+        with open(path, "wb") as f:
+            f.write(data)
+    return path
+
+
+def onnx_settings(session, path):
+    """The `TFLiteSettings` (card, vocabulary, labels) that `embed_onnx_metadata` wrote
+    into the model of an onnxruntime `session`, or `None` when it has no model card.
+
+    Raises:
+        TFLiteMetadataError: a card without the vocabulary or labels, or disagreeing with
+            them.
+    """
+    entries = session.get_modelmeta().custom_metadata_map
+    return settings_from_files({key: value.encode("utf-8") for key, value in entries.items()},
+                               path)
 
 
 def _drop_pre_processing_advice(record):

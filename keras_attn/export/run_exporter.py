@@ -40,8 +40,8 @@ from keras_attn.export.length_buckets import LATENCY_EXAMPLES
 from keras_attn.export.length_buckets import bucket_latency
 from keras_attn.export.length_buckets import bucketed_file_name
 from keras_attn.export.length_buckets import buckets_markdown
+from keras_attn.export.mediapipe_export import self_describing_artifacts
 from keras_attn.export.mediapipe_export import self_describing_markdown
-from keras_attn.export.mediapipe_export import self_describing_tflite
 from keras_attn.export.onnx_export import OnnxRunner
 from keras_attn.export.onnx_export import export_onnx
 from keras_attn.export.onnx_export import quantize_onnx_dynamic
@@ -522,7 +522,7 @@ class RunExporter:
         length_buckets = self._length_buckets(self._bucket_variants(qat))
         # --- issue 23: metadata in every .tflite; MediaPipe files of a classifier ---------
 
-        self_describing = self_describing_tflite(
+        self_describing = self_describing_artifacts(
             self.output_dir, self.model, self._tokenizer(),
             list(HARD_CASES) + self._data_texts(len(self.examples)), self.log)
         # --- end of issue 23 ----------------------------------------------------------------

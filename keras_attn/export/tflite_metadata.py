@@ -415,17 +415,28 @@ def settings_from_tflite(path):
     >>> settings_from_tflite(path).labels
     ['neg', 'pos']
     """
-    files = associated_files(path)
+    return settings_from_files(associated_files(path), path)
+
+
+def settings_from_files(files, source):
+    """`TFLiteSettings` from the embedded files of a model (name -> bytes, as `side_files`
+    makes them: a `.tflite` file's zip part, an ONNX file's `metadata_props`), or `None`
+    when they hold no model card. `source` names the model in errors.
+
+    Raises:
+        TFLiteMetadataError: a card without the vocabulary or labels, or disagreeing with
+            them.
+    """
     if CARD_FILE not in files:
         return None
     missing = [name for name in (VOCAB_FILE, LABELS_FILE) if name not in files]
     if missing:
-        raise TFLiteMetadataError(f"{path} embeds {CARD_FILE} but not {missing}: re-run "
+        raise TFLiteMetadataError(f"{source} embeds {CARD_FILE} but not {missing}: re-run "
                                   "`keras-attn export`")
     try:
         card = json.loads(files[CARD_FILE].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise TFLiteMetadataError(f"{path}: the embedded {CARD_FILE} is not JSON ({error}); "
+        raise TFLiteMetadataError(f"{source}: the embedded {CARD_FILE} is not JSON ({error}); "
                                   "re-run `keras-attn export`") from None
 
     def lines(name):
@@ -433,6 +444,6 @@ def settings_from_tflite(path):
 
     settings = TFLiteSettings(card, lines(VOCAB_FILE), lines(LABELS_FILE))
     if settings.labels != card.get("labels"):
-        raise TFLiteMetadataError(f"{path}: the embedded {LABELS_FILE} and {CARD_FILE} list "
+        raise TFLiteMetadataError(f"{source}: the embedded {LABELS_FILE} and {CARD_FILE} list "
                                   "different labels; re-run `keras-attn export`")
     return settings

@@ -43,6 +43,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.export.onnx_export import OnnxRunner
+from keras_attn.export.onnx_export import onnx_settings
 from keras_attn.export.serving_module import load_saved_model
 from keras_attn.export.text_tflite import decode_text_entities
 from keras_attn.export.text_tflite import text_interpreter
@@ -361,13 +362,13 @@ def _check_outputs(artifact, shape, card, labels):
             "the files come from different exports; copy them from the same export directory")
 
 
-def _embedded_settings(path):
-    """The `TFLiteSettings` embedded in a `.tflite` file when no `model_card.json` lies
-    beside it (side files win when present), else `None`."""
+def _embedded_settings(path, read):
+    """The `TFLiteSettings` embedded in the model file, `read()`, when no `model_card.json`
+    lies beside it (side files win when present), else `None`."""
     if (path.parent / "model_card.json").is_file():
         return None
     try:
-        return settings_from_tflite(path)
+        return read()
     except TFLiteMetadataError as error:
         raise PredictorError(str(error)) from None
 
@@ -380,7 +381,7 @@ def _load_tflite(path, num_threads):
             from None
     runner = default_signature_runner(interpreter)
     inputs = runner.get_input_details()
-    embedded = _embedded_settings(path)
+    embedded = _embedded_settings(path, lambda: settings_from_tflite(path))
     card, labels = _read_card(path) if embedded is None else (embedded.card,
                                                               embedded.label_vocabulary())
     if set(inputs) == {"text"}:
@@ -410,13 +411,15 @@ def _load_tflite(path, num_threads):
 
 
 def _load_onnx(path, num_threads):
-    card, labels = _read_card(path)
-    tokenizer = _card_tokenizer(path, card)
     try:
         runner = OnnxRunner(str(path), threads=num_threads)
     except Exception as error:  # noqa: BLE001 - onnxruntime's InvalidProtobuf, Fail, ...
         raise PredictorError(f"{path}: onnxruntime cannot load it ({_first_line(error)}); "
                              "re-run `keras-attn export`") from None
+    embedded = _embedded_settings(path, lambda: onnx_settings(runner.session, path))
+    card, labels = _read_card(path) if embedded is None else (embedded.card,
+                                                              embedded.label_vocabulary())
+    tokenizer = _card_tokenizer(path, card) if embedded is None else embedded.tokenizer()
     if len(runner.output_names) != 1 or not set(runner.input_names) <= set(ID_INPUTS):
         raise PredictorError(
             f"{path} has inputs {runner.input_names} and outputs {runner.output_names}; "
