@@ -397,6 +397,19 @@ def embed_onnx_metadata(path, card, vocabulary, labels):
 
     Returns:
         str, `path`.
+
+    Example:
+    >>> import tempfile
+    >>> from keras_attn.models.bert_backbone import BertBackbone
+    >>> from keras_attn.models.bert_classifier import BertClassifier
+    >>> classifier = BertClassifier(BertBackbone(
+    ...     vocabulary_size=4, num_layers=1, num_heads=2, hidden_dim=8,
+    ...     intermediate_dim=16, max_sequence_length=16), num_classes=2)
+    >>> path = export_onnx(classifier, os.path.join(tempfile.mkdtemp(), "model.onnx"))["path"]
+    >>> card = {"task": "classification", "labels": ["neg", "pos"]}
+    >>> _ = embed_onnx_metadata(path, card, ["[PAD]", "[UNK]", "[CLS]", "[SEP]"], ["neg", "pos"])
+    >>> onnx_settings(OnnxRunner(path).session, path).labels
+    ['neg', 'pos']
     """
     path = os.fspath(path)
     model_proto = onnx.load(path)
