@@ -17,6 +17,10 @@ from keras_attn.export.text_tflite import export_text_tflite
 from keras_attn.export.text_tflite import run_text_tflite
 from keras_attn.export.text_tflite import text_function
 from keras_attn.export.text_tflite import text_interpreter
+from keras_attn.export.tflite_metadata import embed_metadata
+from keras_attn.export.tflite_metadata import read_metadata
+from keras_attn.export.tflite_metadata import side_files
+from keras_attn.inference.predictor import load_predictor
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
@@ -284,9 +288,6 @@ def test_decode_rejects_wrong_label_count(tagger):
 def _self_describing_copy(model, report, tokenizer, labels, directory, crf=None):
     """`model_text.tflite` with embedded metadata in `directory`, no side files beside it,
     and a copy with the side files instead in `directory / "side"`."""
-    from keras_attn.export.tflite_metadata import embed_metadata
-    from keras_attn.export.tflite_metadata import side_files
-
     task = "ner" if isinstance(model, BertTokenClassifier) else "classification"
     card = model_card(task, labels, SEQUENCE_LENGTH, tokenizer, lowercase=True, crf=crf)
     path = embed_metadata(report["path"], card, tokenizer.vocabulary, labels,
@@ -310,10 +311,7 @@ def _output_order(path):
 def test_metadata_makes_the_text_file_self_describing(tokenizer, classifier, tagger, tmp_path):
     """Issue 23: `model_text.tflite` carries the vocabulary, labels and card too; `keras-attn
     predict` runs it alone (CRF transitions from the embedded card) as with side files."""
-    pytest.importorskip("mediapipe", reason="writing metadata needs the mediapipe extra")
-    from keras_attn.export.tflite_metadata import read_metadata
-    from keras_attn.inference.predictor import load_predictor
-
+    pytest.importorskip("mediapipe", reason="reading it back needs the mediapipe extra")
     labels = ["negative", "neutral", "positive"]
     (tmp_path / "cls").mkdir()
     path, side = _self_describing_copy(classifier[0], classifier[1], tokenizer, labels,
