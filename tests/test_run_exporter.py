@@ -5,6 +5,7 @@ app and serving read. One export per task (module fixtures); the checks read its
 import json
 import os
 import pathlib
+import types
 
 import keras
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from keras_attn.export.run_exporter import ExportError
 from keras_attn.export.run_exporter import ExportOptions
+from keras_attn.export.run_exporter import RunExporter
 from keras_attn.export.run_exporter import export_run
 from keras_attn.export.run_exporter import report_markdown
 from keras_attn.inference.predictor import load_predictor
@@ -376,3 +378,23 @@ def test_length_buckets_give_the_fixed_files_results(ner, classification):
     # The classification fixture's run is 16 long: one bucket, so no bucketed files.
     assert report["length_buckets"] and classification[2]["length_buckets"] is None
     assert not list(classification[1].glob("*_buckets.tflite"))
+
+
+def test_latency_takes_the_artifacts_in_turns():
+    """Each artifact gets `latency_runs` timed runs per thread count after 5 warm-up runs,
+    and the artifacts alternate in rounds, so a busy moment lands on all of them."""
+    order = []
+
+    def make(name):
+        return lambda threads: lambda: order.append((name, threads))
+
+    exporter = types.SimpleNamespace(options=ExportOptions(latency_runs=7,
+                                                           latency_threads=(1, 2)))
+    latency = RunExporter._interleaved_latency(exporter, {"a": make("a"), "b": make("b")})
+    assert [[lat["num_threads"] for lat in latency[name]] for name in "ab"] == [[1, 2], [1, 2]]
+    assert all(lat["p50_ms"] >= 0 for name in "ab" for lat in latency[name])
+    for threads, calls in ((1, order[:24]), (2, order[24:])):
+        assert calls[:10] == [("a", threads)] * 5 + [("b", threads)] * 5  # warm-up
+        # 7 runs in 5 rounds of 2, 2, 1, 1, 1, the two artifacts in turns.
+        assert "".join(name for name, _ in calls[10:]) == "aabb" "aabb" "ab" "ab" "ab"
+    assert len(order) == 48

@@ -71,6 +71,7 @@ from keras_attn.training.tasks import make_task
 from keras_attn.version import __version__
 
 TFLITE_FLOAT_VARIANTS = ("fp32", "fp16", "dynamic_int8", "int8_ptq")
+LATENCY_ROUNDS = 5  # turns the artifacts take at each latency thread count
 GOLDEN_DATA_EXAMPLES = 1000
 
 
@@ -88,7 +89,8 @@ class ExportOptions:
             whichever exists).
         max_eval_examples: evaluate on the first N examples only.
         latency_threads: thread counts of the latency measurements.
-        latency_runs: timed runs per latency measurement (after 5 warm-up runs).
+        latency_runs: timed runs per artifact and thread count (after 5 warm-up runs),
+            taken in turns with the other artifacts.
         text_tflite: also write `model_text.tflite` (raw strings in, tf-text custom ops).
         golden_examples: data sentences in the golden vectors (plus the hard cases).
         length_buckets: also write `model_<variant>_buckets.tflite` (one signature per
@@ -385,27 +387,43 @@ class RunExporter:
 
         return predict
 
-    def _tflite_latency(self, path, threads):
-        interpreter = Interpreter(model_path=str(path), num_threads=threads)
-        runner = interpreter.get_signature_runner()
+    def _tflite_call(self, path, threads):
+        runner = Interpreter(model_path=str(path), num_threads=threads).get_signature_runner()
         x = self._latency_input()
-        return self._time(lambda: runner(**x), threads)
+        return lambda: runner(**x)
 
-    def _time(self, call, threads):
-        for _ in range(5):
-            call()
-        times = []
-        for _ in range(self.options.latency_runs):
-            start = time.perf_counter()
-            call()
-            times.append((time.perf_counter() - start) * 1000)
-        return {**_percentiles(times), "num_threads": threads}
-
-    def _onnx_latency(self, path, threads):
+    def _onnx_call(self, path, threads):
         runner = OnnxRunner(str(path), threads=threads)
         x = self._latency_input()
         feed = runner.feed({k: v for k, v in x.items() if k in runner.input_names})
-        return self._time(lambda: runner.session.run(runner.output_names, feed), threads)
+        return lambda: runner.session.run(runner.output_names, feed)
+
+    def _interleaved_latency(self, calls):
+        """`{name: [percentiles per thread count]}` of `calls` (`{name: threads -> call}`).
+
+        Per thread count the artifacts take turns: `latency_runs` timed runs each (after 5
+        warm-up runs), in up to `LATENCY_ROUNDS` rounds, so a busy moment of a shared machine
+        lands on every artifact alike and the ratios between them hold (as in
+        `benchmarks/tflite_interleaved_latency.py`).
+        """
+        results = {name: [] for name in calls}
+        rounds = np.array_split(np.arange(self.options.latency_runs),
+                                min(LATENCY_ROUNDS, self.options.latency_runs))
+        for threads in self.options.latency_threads:
+            ready = {name: make(threads) for name, make in calls.items()}
+            for call in ready.values():
+                for _ in range(5):
+                    call()
+            times = {name: [] for name in ready}
+            for runs in rounds:
+                for name, call in ready.items():
+                    for _ in runs:
+                        start = time.perf_counter()
+                        call()
+                        times[name].append((time.perf_counter() - start) * 1000)
+            for name in ready:
+                results[name].append({**_percentiles(times[name]), "num_threads": threads})
+        return results
 
     def _length_buckets(self, variants):
         """The report's `length_buckets` section: fixed vs bucketed latency, interleaved,
@@ -547,7 +565,6 @@ class RunExporter:
         return report
 
     def _evaluate_all(self, qat):
-        threads = self.options.latency_threads
         reference = self._collect(self._keras_predict(self.model))
         rows = [{"artifact": "model.keras (float, Keras)", "path": str(self.run_dir /
                                                                        "model.keras"),
@@ -555,15 +572,17 @@ class RunExporter:
                  "metric": self._score(reference)[self.task.metric],
                  "agreement": 1.0, "max_abs_logit_diff": 0.0}]
 
-        def add(name, path, predict, latency=None):
+        calls = {}  # artifact -> (threads -> a timed call), timed together at the end
+
+        def add(name, path, predict, call=None):
             self.log(f"  {name}")
             outputs = self._collect(predict)
-            row = {"artifact": name, "path": str(path), "size_bytes": _directory_size(path),
-                   "metric": self._score(outputs)[self.task.metric],
-                   **self._compare(outputs, reference)}
-            if latency is not None:
-                row["latency"] = latency()
-            rows.append(row)
+            rows.append({"artifact": name, "path": str(path),
+                         "size_bytes": _directory_size(path),
+                         "metric": self._score(outputs)[self.task.metric],
+                         **self._compare(outputs, reference)})
+            if call is not None:
+                calls[name] = call
 
         if qat is not None:
             add("QAT model (Keras, fake int8)", self.output_dir / "qat" / "model.keras",
@@ -573,7 +592,7 @@ class RunExporter:
         for variant in variants:
             path = self.output_dir / f"model_{variant}.tflite"
             add(f"model_{variant}.tflite", path, self._tflite_runner(path),
-                lambda p=path: [self._tflite_latency(p, t) for t in threads])
+                lambda t, p=path: self._tflite_call(p, t))
         for variant in self._bucket_variants(qat):  # latency: the length-bucket section
             path = self.output_dir / bucketed_file_name(variant)
             add(path.name, path, self._tflite_runner(path))
@@ -582,12 +601,18 @@ class RunExporter:
             runner = OnnxRunner(str(path), threads=2)
             add(name, path,
                 lambda x, r=runner: r({k: v for k, v in x.items() if k in r.input_names}),
-                lambda p=path: [self._onnx_latency(p, t) for t in threads])
+                lambda t, p=path: self._onnx_call(p, t))
         saved = load_saved_model(self.output_dir / "saved_model").signatures["predict_ids"]
         add("saved_model/ (predict_ids)", self.output_dir / "saved_model",
             # A CRF signature also takes `label_mask`, which only its `tags` output reads.
             lambda x: saved(**x, **({"label_mask": x["padding_mask"]} if self.use_crf
                                     else {}))["logits"].numpy())
+        self.log(f"latency of {len(calls)} artifacts, interleaved, "
+                 f"{self.options.latency_runs} runs each per thread count")
+        latency = self._interleaved_latency(calls)
+        for row in rows:
+            if row["artifact"] in latency:
+                row["latency"] = latency[row["artifact"]]
         return rows
 
 
@@ -635,7 +660,7 @@ def report_markdown(report):
         *_qat_description(report),
         "Agreement: top-1 (classification) or per-token argmax (NER) equal to the Keras "
         "float model's; max |Δlogit| over real tokens. Latency: one batch-1 inference "
-        "(LiteRT with XNNPACK; onnxruntime), p50 / p90 ms.",
+        "(LiteRT with XNNPACK; onnxruntime), p50 / p90 ms, the artifacts timed in turns.",
         "",
         f"| artifact | {metric} | Δ vs float | agreement | max \\|Δlogit\\| | size | "
         "% of fp32 | " + " | ".join(f"{t} thread{'s' if t > 1 else ''} p50 / p90 (× fp32)"
