@@ -387,14 +387,12 @@ class RunExporter:
 
         return predict
 
-    def _tflite_call(self, path, threads):
+    def _tflite_call(self, path, threads, x):
         runner = Interpreter(model_path=str(path), num_threads=threads).get_signature_runner()
-        x = self._latency_input()
         return lambda: runner(**x)
 
-    def _onnx_call(self, path, threads):
+    def _onnx_call(self, path, threads, x):
         runner = OnnxRunner(str(path), threads=threads)
-        x = self._latency_input()
         feed = runner.feed({k: v for k, v in x.items() if k in runner.input_names})
         return lambda: runner.session.run(runner.output_names, feed)
 
@@ -573,6 +571,7 @@ class RunExporter:
                  "agreement": 1.0, "max_abs_logit_diff": 0.0}]
 
         calls = {}  # artifact -> (threads -> a timed call), timed together at the end
+        timed_input = self._latency_input()  # one input for every timed call
 
         def add(name, path, predict, call=None):
             self.log(f"  {name}")
@@ -592,7 +591,7 @@ class RunExporter:
         for variant in variants:
             path = self.output_dir / f"model_{variant}.tflite"
             add(f"model_{variant}.tflite", path, self._tflite_runner(path),
-                lambda t, p=path: self._tflite_call(p, t))
+                lambda t, p=path: self._tflite_call(p, t, timed_input))
         for variant in self._bucket_variants(qat):  # latency: the length-bucket section
             path = self.output_dir / bucketed_file_name(variant)
             add(path.name, path, self._tflite_runner(path))
@@ -601,7 +600,7 @@ class RunExporter:
             runner = OnnxRunner(str(path), threads=2)
             add(name, path,
                 lambda x, r=runner: r({k: v for k, v in x.items() if k in r.input_names}),
-                lambda t, p=path: self._onnx_call(p, t))
+                lambda t, p=path: self._onnx_call(p, t, timed_input))
         saved = load_saved_model(self.output_dir / "saved_model").signatures["predict_ids"]
         add("saved_model/ (predict_ids)", self.output_dir / "saved_model",
             # A CRF signature also takes `label_mask`, which only its `tags` output reads.

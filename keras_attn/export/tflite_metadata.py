@@ -175,9 +175,8 @@ def _input_names(model):
 def _output_names(model):
     """The signature names of the subgraph's outputs, in the subgraph's output order."""
     graph = model.subgraphs[0]
-    signature = model.signatureDefs[0] if model.signatureDefs else None
-    by_index = {entry.tensorIndex: entry.name.decode() for entry in signature.outputs} \
-        if signature else {}
+    by_index = {entry.tensorIndex: entry.name.decode()
+                for signature in (model.signatureDefs or [])[:1] for entry in signature.outputs}
     return [by_index.get(index, graph.tensors[index].name.decode()) for index in graph.outputs]
 
 
@@ -186,10 +185,10 @@ def _feature_content():
                   content_properties=_table("FeatureProperties"))
 
 
-def _output_metadata(model, card, mediapipe, labels):
+def _output_metadata(model, input_names, card, mediapipe, labels):
     """Per output tensor, in order: one `logits` (`probability` in the MediaPipe flavour)
     output of a token-id model, or the outputs of `model_text.tflite`."""
-    if _input_names(model) != ["text"]:
+    if input_names != ["text"]:
         # The MediaPipe flavour goes only into files whose output is a softmax.
         per_token = " of each token" if task_spec(card["task"]).token_labels else ""
         names = [("probability" if mediapipe else "logits",
@@ -214,8 +213,9 @@ def _metadata_flatbuffer(model, card, mediapipe):
                         description="WordPiece vocabulary, one token per line; line i is id i.")
     labels = _table("AssociatedFile", name=LABELS_FILE, type=_TYPE_TENSOR_AXIS_LABELS,
                     description="Labels of the last output axis, one per line.")
+    input_names = _input_names(model)
     inputs = []
-    for name in _input_names(model):
+    for name in input_names:
         inputs.append(_table(
             "TensorMetadata", name=MEDIAPIPE_INPUT_NAMES[name] if mediapipe else name,
             description=_DESCRIPTIONS[name], content=_feature_content(),
@@ -223,7 +223,8 @@ def _metadata_flatbuffer(model, card, mediapipe):
     units = [_table("ProcessUnit", options_type=_BERT_TOKENIZER_OPTIONS,
                     options=_table("BertTokenizerOptions", vocab_file=[vocabulary]))]
     subgraph = _table("SubGraphMetadata", input_tensor_metadata=inputs,
-                      output_tensor_metadata=_output_metadata(model, card, mediapipe, labels),
+                      output_tensor_metadata=_output_metadata(model, input_names, card,
+                                                               mediapipe, labels),
                       input_process_units=units if mediapipe else None)
     tokenizer = card["tokenizer"]
     metadata = _table(
