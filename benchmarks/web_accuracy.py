@@ -1,0 +1,126 @@
+"""A whole evaluation set through the web page and through `keras-attn predict`, on one file.
+
+Usage:
+    python benchmarks/web_accuracy.py EXPORT_DIR --data sst2|conll2003
+        [--file model_int8_buckets.tflite] [--labels 0=negative,1=positive] [--limit N]
+        [--out FILE.md]
+
+Writes the set's texts (SST-2 dev sentences, or CoNLL-2003 test sentences as their tokens
+joined by spaces) to a file, runs `keras-attn predict FILE --file TEXTS --json` and
+`apps/web_demo/tools/page_predict.mjs FILE TEXTS` (the built library on LiteRT.js in headless
+Chromium), and reports for both the accuracy (classification, gold labels mapped with
+`--labels` where the model's names differ from the data's) or the strict entity F1 (each
+CoNLL token tagged with the tag of the word that starts where it starts, `entity_scores`), and
+how many of the texts get the same result (label and probabilities within 1e-6, or the same
+entities and words). Data is read in place from `../shared/data` (`KERAS_ATTN_SHARED_DATA`).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.conll_reader import ConllReader
+from keras_attn.text.ner import entity_scores
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+WEB = REPO / "apps" / "web_demo"
+PROBABILITY_ATOL = 1e-6
+
+
+def shared_data():
+    root = os.environ.get("KERAS_ATTN_SHARED_DATA")
+    return pathlib.Path(root) if root else REPO.parent / "shared" / "data"
+
+
+def load_set(name, limit=None):
+    """`(texts, gold)`: labels (SST-2 dev) or `(tokens, tags)` pairs (CoNLL-2003 test)."""
+    if name == "sst2":
+        reader = ClassificationReader(shared_data() / "sst2" / "dev.tsv",
+                                      text_column="sentence", label_column="label")
+        examples = list(reader)[:limit]
+        return [e.text for e in examples], [str(e.label) for e in examples]
+    sentences = list(ConllReader(shared_data() / "conll2003" / "test.txt"))[:limit]
+    return [" ".join(s.tokens) for s in sentences], [(s.tokens, s.tags) for s in sentences]
+
+
+def token_tags(tokens, words):
+    """The tag of each whitespace token: that of the predicted word starting where it starts."""
+    starts = {word["start"]: word["tag"] for word in words}
+    tags, at = [], 0
+    for token in tokens:
+        tags.append(starts.get(at, "O"))
+        at += len(token) + 1
+    return tags
+
+
+def score(name, results, gold, label_map):
+    if name == "sst2":
+        correct = sum(label_map.get(g, g) == r["label"] for r, g in zip(results, gold))
+        return {"accuracy": correct / len(gold)}
+    predicted = [token_tags(tokens, r["words"]) for r, (tokens, _) in zip(results, gold)]
+    return {"f1": entity_scores([tags for _, tags in gold], predicted)["f1"]}
+
+
+def same(a, b):
+    if "label" in a:
+        return a["label"] == b["label"] and all(
+            abs(a["probabilities"][k] - b["probabilities"][k]) <= PROBABILITY_ATOL
+            for k in a["probabilities"])
+    return (a["entities"], a["words"], a["num_truncated_words"]) == \
+        (b["entities"], b["words"], b["num_truncated_words"])
+
+
+def run_routes(model, texts_path):
+    """`{route: [result per text]}` for `keras-attn predict` and the page."""
+    python = subprocess.run(
+        [sys.executable, "-m", "keras_attn.cli", "predict", str(model), "--file",
+         str(texts_path), "--json", "--threads", "1"],
+        check=True, capture_output=True, text=True)
+    page = subprocess.run(
+        ["node", str(WEB / "tools" / "page_predict.mjs"), str(model), str(texts_path)],
+        check=True, capture_output=True, text=True, cwd=WEB)
+    return {route: [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+            for route, out in (("keras-attn predict", python), ("page (LiteRT.js)", page))}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("export_dir", type=pathlib.Path)
+    parser.add_argument("--data", choices=("sst2", "conll2003"), required=True)
+    parser.add_argument("--file", default="model_int8_buckets.tflite")
+    parser.add_argument("--labels", default="", help="gold=model label pairs, comma separated")
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--out", type=pathlib.Path)
+    args = parser.parse_args(argv)
+    label_map = dict(pair.split("=", 1) for pair in args.labels.split(",") if pair)
+    texts, gold = load_set(args.data, args.limit)
+    with tempfile.TemporaryDirectory() as tmp:
+        texts_path = pathlib.Path(tmp) / "texts.txt"
+        texts_path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        results = run_routes(args.export_dir / args.file, texts_path)
+    python, page = results.values()
+    if len(python) != len(texts) or len(page) != len(texts):
+        raise SystemExit(f"error: {len(texts)} texts, python gave {len(python)}, the page "
+                         f"{len(page)} results")
+    agree = sum(same(a, b) for a, b in zip(python, page))
+    lines = [f"{args.data}, {len(texts):,} texts, `{args.export_dir / args.file}`", "",
+             "| route | metric | same result as keras-attn predict |", "| --- | ---: | ---: |"]
+    for route, outputs in results.items():
+        metric = score(args.data, outputs, gold, label_map)
+        name, value = next(iter(metric.items()))
+        same_count = agree if route.startswith("page") else len(texts)
+        lines.append(f"| {route} | {name} {value:.4f} | {same_count:,} / {len(texts):,} |")
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        args.out.write_text(report, encoding="utf-8")
+    return 0 if agree == len(texts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
