@@ -175,6 +175,11 @@ def test_model_card_describes_inputs_tokenizer_and_labels(classification, ner):
         assert card["tokenizer"]["vocabulary_size"] == len(vocab)
         assert vocab[card["tokenizer"]["cls_token_id"]] == "[CLS]"
         assert card["metrics"]["model_int8.tflite"] is not None
+        # How model_int8*.tflite were quantized, for apps that show it (the web page).
+        report = json.loads((export_dir / "export_report.json").read_text())
+        assert card["quantization"]["recipe"] == report["quantization"]
+        assert card["quantization"]["description"] == QuantizationRecipe.from_dict(
+            report["quantization"]).describe()
 
 
 def test_golden_vectors_reproduce_the_keras_model(classification):

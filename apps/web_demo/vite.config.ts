@@ -23,6 +23,8 @@ function litertWasm(): Plugin {
       });
     },
     generateBundle() {
+      // The library's TypeScript types: `tsc -p tsconfig.lib.json` writes dist/types/.
+      this.emitFile({ type: "asset", fileName: "keras-attn-web.d.ts", source: 'export * from "./types/index";\n' });
       for (const name of files()) {
         this.emitFile({ type: "asset", fileName: `litert-wasm/${name}`, source: readFileSync(WASM_SOURCE + name) });
       }

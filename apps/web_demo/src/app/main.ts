@@ -21,6 +21,8 @@ const state = {
   texts: { ...EXAMPLES },
   listed: [] as ListedModel[],
   threads: Number(new URLSearchParams(location.search).get("threads") ?? "1"),
+  // `?accelerator=webgpu`: LiteRT.js' WebGPU accelerator where the browser has it.
+  accelerator: (new URLSearchParams(location.search).get("accelerator") === "webgpu" ? "webgpu" : "wasm") as "wasm" | "webgpu",
   // `?preload=0`: list the served models but load none (scripts that drive the library).
   preload: new URLSearchParams(location.search).get("preload") !== "0",
 };
@@ -56,7 +58,8 @@ async function open(source: string | File, name: string, preload = false): Promi
   say(null);
   setBusy(`loading ${name}…`);
   try {
-    const model = await loadModel(source, { name, wasmPath: WASM_PATH, threads: state.threads });
+    const model = await loadModel(source, { name, wasmPath: WASM_PATH, threads: state.threads,
+      accelerator: state.accelerator });
     const task = model.task as Task;
     state.models[task]?.delete();
     state.models[task] = model;
@@ -183,7 +186,7 @@ function render(): void {
 
 async function start(): Promise<void> {
   $("runtime").textContent = hasWasmSimd()
-    ? `LiteRT.js on WebAssembly (wasm accelerator, ${state.threads} thread${state.threads > 1 ? "s" : ""}${crossOriginIsolated ? ", cross-origin isolated" : ""})`
+    ? `LiteRT.js on WebAssembly (${state.accelerator} accelerator, ${state.threads} thread${state.threads > 1 ? "s" : ""}${crossOriginIsolated ? ", cross-origin isolated" : ""})`
     : "This browser has no WebAssembly SIMD: the models cannot run here.";
   state.listed = await listModels();
   render();

@@ -94,8 +94,9 @@ object ModelFile {
         val files = associatedFiles(model, source)
         for (name in listOf(CARD, VOCABULARY, LABELS)) {
             if (name !in files) {
-                throw AssetException("$source embeds no $name (files: ${files.keys}): export it again with keras-attn " +
-                    "and the mediapipe extra installed, or copy the side files beside it")
+                throw AssetException("$source embeds no $name (files: ${files.keys}): export it again with `keras-attn " +
+                    "export`, which embeds the card, vocabulary and labels in every model_<variant>.tflite, or copy " +
+                    "the side files beside it")
             }
         }
         fun lines(name: String) = String(files.getValue(name), Charsets.UTF_8).split("\n").dropLastWhile { it.isEmpty() }
