@@ -75,17 +75,26 @@ def same(a, b):
         (b["entities"], b["words"], b["num_truncated_words"])
 
 
+def run(command, cwd=None):
+    """`command`'s standard output; its error output in the message when it fails."""
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command[:3])} ... exited {done.returncode}:\n"
+                         f"{done.stderr[-2000:]}")
+    return done.stdout
+
+
 def run_routes(model, texts_path):
     """`{route: [result per text]}` for `keras-attn predict` and the page."""
-    python = subprocess.run(
-        [sys.executable, "-m", "keras_attn.cli", "predict", str(model), "--file",
-         str(texts_path), "--json", "--threads", "1"],
-        check=True, capture_output=True, text=True)
-    page = subprocess.run(
-        ["node", str(WEB / "tools" / "page_predict.mjs"), str(model), str(texts_path)],
-        check=True, capture_output=True, text=True, cwd=WEB)
-    return {route: [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
-            for route, out in (("keras-attn predict", python), ("page (LiteRT.js)", page))}
+    model, texts_path = pathlib.Path(model).resolve(), pathlib.Path(texts_path).resolve()
+    outputs = {
+        "keras-attn predict": run([sys.executable, "-m", "keras_attn.cli", "predict", str(model),
+                                   "--file", str(texts_path), "--json", "--threads", "1"]),
+        "page (LiteRT.js)": run(["node", str(WEB / "tools" / "page_predict.mjs"), str(model),
+                                 str(texts_path)], cwd=WEB),
+    }
+    return {route: [json.loads(line) for line in out.splitlines() if line.strip()]
+            for route, out in outputs.items()}
 
 
 def main(argv=None):
