@@ -2,11 +2,12 @@
 // `keras-attn predict --json`, in a real browser: every text through the built library
 // (dist/keras-attn-web.js) on LiteRT.js in headless Chromium, one JSON line per text.
 //
-//   node tools/page_predict.mjs MODEL.tflite TEXTS.txt [--threads N] [--out FILE.jsonl]
+//   node tools/page_predict.mjs MODEL.tflite TEXTS.txt [--threads N] [--logits] [--out FILE.jsonl]
 //
 // TEXTS.txt holds one text per line; each output line is {"line", "text", ...result} as
 // `keras-attn predict MODEL.tflite --file TEXTS.txt --json` prints it (empty lines are skipped,
-// as there). Needs `npm run build` and Debian's chromium-headless-shell (CHROMIUM overrides
+// as there); `--logits` adds each text's "logits" (rows of the real tokens, as `model.run`
+// returns them). Needs `npm run build` and Debian's chromium-headless-shell (CHROMIUM overrides
 // the binary). The page is served from this process on 127.0.0.1; it fetches nothing else.
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -21,14 +22,15 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const CHUNK = 200; // texts per page.evaluate call
 
 function parse(argv) {
-  const options = { threads: 1, out: null, positional: [] };
+  const options = { threads: 1, out: null, logits: false, positional: [] };
   for (let i = 0; i < argv.length; i += 1) {
     if (argv[i] === "--threads") options.threads = Number(argv[(i += 1)]);
     else if (argv[i] === "--out") options.out = argv[(i += 1)];
+    else if (argv[i] === "--logits") options.logits = true;
     else options.positional.push(argv[i]);
   }
   if (options.positional.length !== 2 || !(options.threads >= 1)) {
-    throw new Error("usage: node tools/page_predict.mjs MODEL.tflite TEXTS.txt [--threads N] [--out FILE.jsonl]");
+    throw new Error("usage: node tools/page_predict.mjs MODEL.tflite TEXTS.txt [--threads N] [--logits] [--out FILE.jsonl]");
   }
   return options;
 }
@@ -40,7 +42,7 @@ export function readTexts(path) {
   return lines.map((text, i) => [i + 1, text]).filter(([, text]) => text.trim() !== "");
 }
 
-async function predictInPage(page, name, texts, threads) {
+async function predictInPage(page, name, texts, threads, logits) {
   await page.evaluate(async ({ name, threads }) => {
     const lib = await import(new URL("keras-attn-web.js", document.baseURI).href);
     globalThis.model = await lib.loadModel(`models/0/${name}`, { threads,
@@ -49,11 +51,14 @@ async function predictInPage(page, name, texts, threads) {
   const results = [];
   for (let start = 0; start < texts.length; start += CHUNK) {
     const chunk = texts.slice(start, start + CHUNK);
-    results.push(...await page.evaluate(async (chunk) => {
+    results.push(...await page.evaluate(async ({ chunk, logits }) => {
       const out = [];
-      for (const text of chunk) out.push(await globalThis.model.predict(text));
+      for (const text of chunk) {
+        const run = await globalThis.model.run(text);
+        out.push(logits ? { ...run.result, logits: run.logits.map((row) => Array.from(row)) } : run.result);
+      }
       return out;
-    }, chunk));
+    }, { chunk, logits }));
   }
   return results;
 }
@@ -69,7 +74,7 @@ async function main() {
     const page = await browser.newPage();
     page.on("pageerror", (error) => { throw error; });
     await page.goto(`http://127.0.0.1:${server.address().port}/?preload=0`);
-    const results = await predictInPage(page, basename(model), texts.map(([, t]) => t), options.threads);
+    const results = await predictInPage(page, basename(model), texts.map(([, t]) => t), options.threads, options.logits);
     const lines = texts.map(([line, text], i) => JSON.stringify({ line, text, ...results[i] }));
     if (options.out) writeFileSync(options.out, lines.join("\n") + "\n");
     else process.stdout.write(lines.join("\n") + "\n");
