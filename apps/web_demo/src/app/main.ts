@@ -63,7 +63,14 @@ async function open(source: string | File, name: string, preload = false): Promi
     const task = model.task as Task;
     state.models[task]?.delete();
     state.models[task] = model;
-    if (preload) return;
+    if (preload) {
+      // The current tab answers as soon as its model is there, not after every model loaded.
+      if (task === state.task) {
+        render();
+        await runText();
+      }
+      return;
+    }
     if (task !== state.task) {
       say(`${name} is a ${model.task === "ner" ? "named-entity" : "classification"} model, not ` +
         `a ${state.task === "ner" ? "named-entity" : "classification"} one: it is now the model ` +
@@ -189,6 +196,7 @@ async function start(): Promise<void> {
     ? `LiteRT.js on WebAssembly (${state.accelerator} accelerator, ${state.threads} thread${state.threads > 1 ? "s" : ""}${crossOriginIsolated ? ", cross-origin isolated" : ""})`
     : "This browser has no WebAssembly SIMD: the models cannot run here.";
   state.listed = await listModels();
+  $<HTMLTextAreaElement>("text").value = state.texts[state.task];
   render();
   bindEvents();
   if (!hasWasmSimd()) {
