@@ -105,7 +105,7 @@ def reference(export_dirs, files, texts=None, limit=None):
     exports = []
     for export_dir in map(pathlib.Path, export_dirs):
         chosen = (texts if texts is not None else golden_texts(export_dir))[:limit]
-        entry = {"dir": str(export_dir), "files": {}, "output_steps": {}}
+        entry = {"dir": str(export_dir.resolve()), "files": {}, "output_steps": {}}
         for name in files:
             if not (export_dir / name).is_file():
                 raise SystemExit(f"error: {export_dir / name} is missing: export with "
