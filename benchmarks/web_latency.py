@@ -66,8 +66,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 WEB = ROOT / "apps" / "web_demo"
 DIST = WEB / "dist-bench"
 DRIVER = WEB / "bench" / "drive.mjs"
-SST2 = "/work/shared/data/sst2/dev.tsv"
-CONLL = "/work/shared/data/conll2003/test.txt"
+# ../shared/data beside the repository, as the other tools read it (KERAS_ATTN_SHARED_DATA
+# overrides it), never a path of one machine.
+SHARED_DATA = pathlib.Path(os.environ.get("KERAS_ATTN_SHARED_DATA")
+                           or ROOT.parent / "shared" / "data")
+SST2 = str(SHARED_DATA / "sst2" / "dev.tsv")
+CONLL = str(SHARED_DATA / "conll2003" / "test.txt")
 CHROMIUM = "/usr/bin/chromium-headless-shell"
 # The files run, in table order: LiteRT.js, onnxruntime-web, MediaPipe.
 LITERT_FILES = ("model_fp32.tflite", "model_fp32_buckets.tflite", "model_dynamic_int8.tflite",
