@@ -22,7 +22,7 @@ import pathlib
 import subprocess
 import sys
 
-from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 
 HERE = pathlib.Path(__file__).resolve().parent
 RUNS = {"sst2_minilm": ("SST-2 dev accuracy", 0.005),

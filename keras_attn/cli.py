@@ -34,9 +34,9 @@ from keras_attn.text.text_lines import decode_lines
 from keras_attn.text.text_lines import read_lines
 from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
-from keras_attn.training.quantization_recipe import QuantizationRecipe
-from keras_attn.training.quantize import quantize_run
-from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantize_stage import quantize_run
+from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.training.step_checkpoints import CheckpointError
 from keras_attn.training.strategy import StrategyError
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS

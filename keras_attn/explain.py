@@ -22,8 +22,8 @@ from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.text.entity_prediction import ner_model_inputs
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.word_splitter import split_words
-from keras_attn.training.run_directory import RunDirectory
-from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import task_spec
 from keras_attn.visualization import plot_attention_grid

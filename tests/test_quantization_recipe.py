@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from keras_attn.training.config import TrainingConfig
-from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 
 
 def parse(*flags):

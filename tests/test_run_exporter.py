@@ -19,7 +19,7 @@ from keras_attn.export.run_exporter import report_markdown
 from keras_attn.inference.predictor import load_predictor
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
-from keras_attn.training.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.training.trainer import Trainer
 from tests.test_tflite_export import FLOAT_RESIDUAL_OPS
 from tests.test_trainer import config_dict

@@ -336,7 +336,7 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
 
     from keras_attn.quantization.qat_bert import QatBert
     from keras_attn.training.config import ConfigError
-    from keras_attn.training.run_directory import RunDirectory
+    from keras_attn.runs.run_directory import RunDirectory
 
     _, float_results = in_process(tmp_path, "float", epochs=10, learning_rate=1e-2)
     values = config_dict(tmp_path / "data", tmp_path / "qat", epochs=2, learning_rate=1e-3)
@@ -398,7 +398,7 @@ def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
     import keras
 
     from keras_attn.quantization.qat_bert import QatBert
-    from keras_attn.training.quantization_recipe import QuantizationRecipe
+    from keras_attn.quantization.quantization_recipe import QuantizationRecipe
     from keras_attn.training.tasks import make_task
 
     in_process(tmp_path, "float", epochs=2)

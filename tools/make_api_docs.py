@@ -23,7 +23,9 @@ PACKAGES = [
     ("keras_attn.text", "Text pipeline: tokenizer, readers, NER alignment and decoding"),
     ("keras_attn.checkpoints", "Pretrained weights"),
     ("keras_attn.training", "Training: config, strategies, optimizer, checkpoints"),
-    ("keras_attn.quantization", "Quantization-aware training"),
+    ("keras_attn.runs", "The run directory: the contract between training and every later stage"),
+    ("keras_attn.quantization", "Quantization: the recipe, quantization-aware layers"),
+    ("keras_attn.quantization.quantize_stage", "The quantize stage (`keras-attn quantize`)"),
     ("keras_attn.export", "Export: TFLite, ONNX, SavedModel, the export pipeline"),
     ("keras_attn.inference", "Inference: one predictor over every artifact, the TF Serving "
                              "REST server"),

@@ -61,10 +61,10 @@ from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.hard_cases import HARD_CASES
 from keras_attn.text.ner import first_piece_mask
-from keras_attn.training.quantization_recipe import QuantizationRecipe
-from keras_attn.training.quantize import quantize_run
-from keras_attn.training.run_directory import RunDirectory
-from keras_attn.training.run_directory import RunDirectoryError
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantize_stage import quantize_run
+from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import task_spec
 from keras_attn.training.tasks import make_task
@@ -283,7 +283,7 @@ class RunExporter:
 
     def _quantization_aware_model(self):
         """The QAT model: of `options.qat_run`, or made by the quantize stage in
-        `OUTPUT/qat` (`keras_attn.training.quantize_run`); `None` for a CRF tagger (QatBert
+        `OUTPUT/qat` (`keras_attn.quantization.quantize_stage.quantize_run`); `None` for a CRF tagger (QatBert
         has no CRF loss: its int8 model is the PTQ one)."""
         if self.use_crf:
             return None

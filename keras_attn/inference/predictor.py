@@ -57,9 +57,9 @@ from keras_attn.layers.validation import check_positive_int
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.run_directory import RunDirectory
-from keras_attn.training.run_directory import RunDirectoryError
-from keras_attn.training.run_directory import output_count
+from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import RunDirectoryError
+from keras_attn.runs.run_directory import output_count
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import task_spec
 

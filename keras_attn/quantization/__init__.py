@@ -1,5 +1,7 @@
-"""Quantization-aware training (QAT) of BERT models for full-integer TFLite export: fake
-int8 quantization (`keras.quantizers.fake_quant_with_min_max_vars`) of every tensor the int8
+"""Int8 quantization: the `QuantizationRecipe`, the quantize stage
+(`keras_attn.quantization.quantize_stage.quantize_run`, `keras-attn quantize RUN`; not
+imported here: it runs the trainer, which reads the recipe) and quantization-aware training
+(QAT) of BERT models for full-integer TFLite export: fake int8 quantization (`keras.quantizers.fake_quant_with_min_max_vars`) of every tensor the int8
 graph stores, in the layout the TFLite int8 kernels want."""
 
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
@@ -7,6 +9,7 @@ from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 from keras_attn.quantization.quantized_dense import QuantizedDense
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 
 __all__ = [
     "ActivationQuantizer",
@@ -14,4 +17,6 @@ __all__ = [
     "QatEmbeddings",
     "QatEncoderBlock",
     "QuantizedDense",
+    "QuantizationRecipe",
 ]
+

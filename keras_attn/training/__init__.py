@@ -1,4 +1,6 @@
-"""Training at scale: `keras-attn train CONFIG.yaml` and its Python API."""
+"""Training at scale: `keras-attn train CONFIG.yaml` and its Python API. The run directory it
+writes is `keras_attn.runs.RunDirectory`; the quantize stage after it is
+`keras_attn.quantization.quantize_stage.quantize_run`."""
 
 from keras_attn.training.batch_stream import BatchStream
 from keras_attn.training.bleu import corpus_bleu
@@ -11,11 +13,6 @@ from keras_attn.training.config import TrainSection
 from keras_attn.training.global_gradient_adamw import GlobalGradientAdamW
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.optimizer import no_decay_variables
-from keras_attn.training.quantization_recipe import QuantizationRecipe
-from keras_attn.training.quantize import quantize_run
-from keras_attn.training.run_directory import RunDirectory
-from keras_attn.training.run_directory import RunDirectoryError
-from keras_attn.training.run_directory import TokenizerSettings
 from keras_attn.training.step_checkpoints import CheckpointError
 from keras_attn.training.step_checkpoints import StepCheckpoints
 from keras_attn.training.strategy import StrategyError
@@ -28,11 +25,6 @@ from keras_attn.training.trainer import train
 from keras_attn.training.warmup_decay_schedule import WarmupDecaySchedule
 
 __all__ = [
-    "TokenizerSettings",
-    "RunDirectoryError",
-    "RunDirectory",
-    "quantize_run",
-    "QuantizationRecipe",
     "BatchStream",
     "CheckpointError",
     "ConfigError",

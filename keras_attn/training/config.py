@@ -26,8 +26,8 @@ import typing
 
 import yaml
 
-from keras_attn.training.quantization_recipe import recipe_default
-from keras_attn.training.quantization_recipe import recipe_help
+from keras_attn.quantization.quantization_recipe import recipe_default
+from keras_attn.quantization.quantization_recipe import recipe_help
 from keras_attn.training.task_registry import BERT_CHECKPOINT_TASKS
 from keras_attn.training.task_registry import CHARACTER_LM_TASKS
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS

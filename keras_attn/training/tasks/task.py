@@ -18,10 +18,10 @@ from keras_attn.text.vocabulary import save_vocabulary
 from keras_attn.text.vocabulary import train_wordpiece_vocabulary
 from keras_attn.training.batch_stream import BatchStream
 from keras_attn.training.config import ConfigError
-from keras_attn.training.run_directory import RunDirectory
-from keras_attn.training.run_directory import TokenizerSettings
-from keras_attn.training.run_directory import continued_run
-from keras_attn.training.run_directory import output_count
+from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import TokenizerSettings
+from keras_attn.runs.run_directory import continued_run
+from keras_attn.runs.run_directory import output_count
 from keras_attn.training.task_registry import FINE_TUNING_TASKS
 from keras_attn.training.task_registry import PRETRAINING_TASKS
 

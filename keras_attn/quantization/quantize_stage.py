@@ -15,13 +15,15 @@ from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.text.batching import model_inputs_at_length
 from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
-from keras_attn.training.quantization_recipe import QuantizationRecipe
-from keras_attn.training.run_directory import RunDirectory
-from keras_attn.training.run_directory import RunDirectoryError
-from keras_attn.training.run_directory import lineage_of
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import RunDirectoryError
+from keras_attn.runs.run_directory import lineage_of
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.tasks import make_task
 from keras_attn.training.trainer import train
+
+__all__ = ["quantize_run"]
 
 
 def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None, task=None):
