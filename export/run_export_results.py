@@ -85,7 +85,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     recipe = QuantizationRecipe.from_arguments(args)
     flags = recipe.to_flags()
-    from keras_attn.export.run_exporter import report_markdown
+    from keras_attn.export.export_report import report_markdown
 
     lines = ["# Export results", "",
              "Measured with `python export/run_export_results.py`: each section is "
