@@ -228,7 +228,9 @@ def test_missing_and_inconsistent_side_files_are_clear_errors(classification, tm
                                              "is decoded with the labels"):
         load_predictor(alone / "model.onnx")
     no_vocab = _copy([export / "model.onnx", export / "model_card.json"], tmp_path / "no_vocab")
-    with pytest.raises(PredictorError, match=r"vocab\.txt is missing: model\.onnx takes token"):
+    with pytest.raises(PredictorError, match=r"vocab\.txt is missing \(model\.onnx is decoded "
+                                             "with .*: an export directory gets it from "
+                                             "`keras-attn export RUN --output-dir"):
         load_predictor(no_vocab / "model.onnx")
     # The classifier with the NER export's side files: labels and logits disagree.
     mixed = _copy([export / "model.onnx", ner_export / "model_card.json",

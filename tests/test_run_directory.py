@@ -174,3 +174,37 @@ def test_export_of_a_run_logs_no_third_party_warnings(runs, tmp_path, capsys):
     assert noise == []
     report = json.loads((tmp_path / "export" / "export_report.json").read_text())
     assert report["quantization"] == QuantizationRecipe(calibration_examples=8).to_dict()
+
+
+def test_examples_of_a_split_equal_the_training_tasks(runs):
+    """`RunDirectory.examples` (what quantize and export read) tokenizes a split exactly as
+    the run's training task does, at the run's length or another one."""
+    from keras_attn.training.tasks import make_task
+
+    run = RunDirectory(runs / "float")
+    task = make_task(run.config(), run.path, write_files=False)
+    task.prepare()
+    examples = run.examples("dev")
+    assert len(examples) == len(task.dev_examples)
+    for ours, theirs in zip(examples, task.dev_examples):
+        assert ours["token_ids"].tolist() == theirs["token_ids"].tolist()
+        assert ours["label"] == theirs["label"]
+    short = run.examples("dev", sequence_length=6)
+    assert max(len(e["token_ids"]) for e in short) == 6
+    # A calibration sample is the task's sample, tokenized alone.
+    sample = run.examples("train", sample=5)
+    assert [e["token_ids"].tolist() for e in sample] == \
+        [e["token_ids"].tolist() for e in task.calibration_sample(5)]
+    assert run.texts("dev", 2) == [e.text for e in task._reader(task.config.data.dev)][:2]
+
+
+def test_the_length_rule(runs):
+    run = RunDirectory(runs / "float")
+    assert run.sequence_length() == 16  # the run's max_length
+    assert run.sequence_length(12, limit=16) == 12
+    with pytest.raises(RunDirectoryError, match="sequence_length=32 exceeds the model's "
+                                                "max_sequence_length=16: use "
+                                                "--sequence-length 16 or less"):
+        run.sequence_length(32, limit=16)
+    with pytest.raises(RunDirectoryError, match="names no data.test"):
+        run.examples("test")

@@ -267,8 +267,8 @@ class RunExporter:
                 path = self.output_dir / f.file
                 if not f.scored or not step.is_written(path):
                     continue
-                self.log(f"  {f.file}")
-                row = self._row(f.file, path, reference,
+                self.log(f"  {f.report_name}")
+                row = self._row(f.report_name, path, reference,
                                 self.scorer.collect(step.run_logits(path)), step.details(path))
                 rows.append(row)
                 if f.timed:

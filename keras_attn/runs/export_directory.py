@@ -85,8 +85,9 @@ class ModelCard:
         if len(self.vocabulary) != settings["vocabulary_size"]:
             raise ExportDirectoryError(
                 f"{self.source}: {VOCAB_FILE} has {len(self.vocabulary)} tokens but "
-                f"{CARD_FILE} says vocabulary_size={settings['vocabulary_size']}: the files "
-                "come from different exports; copy them from the same export directory")
+                f"{CARD_FILE} says {settings['vocabulary_size']} (tokenizer.vocabulary_size): "
+                "the files come from different exports; copy them from the same export "
+                "directory")
         return WordPieceTokenizer(list(self.vocabulary), lowercase=bool(settings["lowercase"]),
                                   strip_accents=bool(settings["strip_accents"]),
                                   sequence_length=self.sequence_length)

@@ -23,6 +23,7 @@ class ArtifactFile:
         source: the Keras model it converts: `"float"`, or `"int8"` for the calibrated twin.
         scored: whether the export scores it against the Keras float model (a report row).
         timed: whether its batch-1 latency is measured with the other timed artifacts.
+        row: its name in the report (default: `file`).
     """
 
     file: str
@@ -32,6 +33,11 @@ class ArtifactFile:
     source: str = "float"
     scored: bool = True
     timed: bool = False
+    row: str = None
+
+    @property
+    def report_name(self):
+        return self.row or self.file
 
     def card_entry(self):
         """Its entry in the model card's `artifacts` list."""

@@ -14,7 +14,8 @@ class SavedModelStep(ArtifactStep):
     name = "saved_model"
 
     def files(self, plan):
-        return [ArtifactFile("saved_model", "saved_model", "fp32")]
+        return [ArtifactFile("saved_model", "saved_model", "fp32",
+                             row="saved_model/ (predict_ids)")]
 
     def is_written(self, path):
         return (path / "saved_model.pb").is_file()
