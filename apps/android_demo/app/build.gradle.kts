@@ -78,7 +78,7 @@ tasks.register("copyModelAssets") {
                     throw GradleException("$dir/$name is missing: -PartifactDir must be a `keras-attn export` " +
                         "directory; for another model file pass -PmodelVariant= (fp32, fp16, dynamic_int8, " +
                         "int8, int8_ptq; with length buckets fp32_buckets, dynamic_int8_buckets, int8_buckets; a CRF " +
-                        "tagger has no QAT int8, use int8_ptq)")
+                        "tagger has no model_int8.tflite, use int8_ptq)")
                 }
             }
             @Suppress("UNCHECKED_CAST")
