@@ -59,10 +59,13 @@ def _where(page, text, offset):
     return f"{name}:{text.count(chr(10), 0, offset) + 1}"
 
 
+def _blank(match):
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
 def _outside_code(text):
     """`text` with fenced and indented code blocks blanked (same offsets and lines)."""
-    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
-    return INDENTED.sub(blank, FENCE.sub(blank, text))
+    return INDENTED.sub(_blank, FENCE.sub(_blank, text))
 
 
 # --- links ---------------------------------------------------------------------------------
@@ -103,7 +106,7 @@ def link_problems(page, text):
 def _bases(page):
     """Where a path on `page` may start: the root, and an app's directory for its README."""
     bases = [ROOT]
-    if page.parent.parent.name == "apps" or page.parent.parent == ROOT / "apps":
+    if page.parent.parent == ROOT / "apps":
         bases.append(page.parent)
     return bases
 
@@ -198,8 +201,6 @@ def flag_problems(page, text):
             command, rest = match.groups()
             where = _where(page, text, offset + match.start())
             if command not in options:
-                if command.isupper() or command in ("is", "and", "or"):
-                    continue  # `keras-attn COMMAND`, prose inside a span
                 problems.append(f"{where}: keras-attn has no command {command!r}")
                 continue
             for flag in FLAG.findall(rest):
@@ -217,12 +218,12 @@ def resolves(dotted):
     """Whether `keras_attn.a.b.C` names a module or an attribute of one."""
     parts = dotted.split(".")
     for split in range(len(parts), 0, -1):
+        module = ".".join(parts[:split])
         try:
-            obj = importlib.import_module(".".join(parts[:split]))
+            obj = importlib.import_module(module)
         except ModuleNotFoundError as error:
-            if error.name != ".".join(parts[:split]) and not ".".join(
-                    parts[:split]).startswith(error.name or "\0"):
-                raise  # the module exists but one of its own imports is missing
+            if not module.startswith(error.name or module):
+                raise  # the module exists, one of its own imports (a dependency) is missing
             continue
         for part in parts[split:]:
             if not hasattr(obj, part):

@@ -78,10 +78,14 @@ def test_trains_scores_and_rewrites_only_its_sections(tmp_path, monkeypatch):
     assert "blocks of 16 (mean context 8)" in rows[0]
     sample = text.split(section_markers("results:char-sample")[0])[1]
     assert f"```\n{results['sample']}\n```" in sample
-    # Two updates from random weights: every model is still near the uniform guess.
-    uniform = math.log2(CharacterTokenizer.load(tmp_path / "runs" / "none").vocabulary_size)
+    # Transformer-XL's one read with memory (the script) scores Hamlet as the trainer's
+    # test evaluation of the same model did; two updates leave every model near a uniform
+    # guess over the characters.
+    txl = results["rows"][2]
+    assert txl["test_bpc"] == pytest.approx(txl["test_bpc_training_eval"], rel=1e-6)
+    uniform = math.log2(CharacterTokenizer.load(tmp_path / "runs" / "none").vocabulary_size())
     for result in results["rows"]:
-        assert result["test_bpc"] == pytest.approx(uniform, abs=1.0)
+        assert result["test_bpc"] == pytest.approx(uniform, abs=2.0)
 
 
 def test_the_committed_sections_are_what_the_script_writes_for_their_numbers():

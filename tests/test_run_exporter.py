@@ -306,7 +306,7 @@ def test_export_results_script_checks_the_targets(classification, tmp_path, monk
     monkeypatch.setattr(module, "export", lambda *args: calls.append(args) or report)
     page = tmp_path / "export_results.md"
     kept = ("# Export results\n\nHand-written status.\n\n<!-- results:export:sst2_minilm:begin -->"
-            "\nold\n<!-- results:export:sst2_minilm:end -->\n\nA note.\n\n"
+            "\nOLD SECTION\n<!-- results:export:sst2_minilm:end -->\n\nA note.\n\n"
             "<!-- results:export:conll2003_minilm:begin -->\nCoNLL table\n"
             "<!-- results:export:conll2003_minilm:end -->\n")
     page.write_text(kept)
@@ -318,14 +318,14 @@ def test_export_results_script_checks_the_targets(classification, tmp_path, monk
     text = page.read_text()
     assert "with `--all-int8 --qat-epochs 1 --latency-runs 2`; int8 recipe: 1 epoch(s) of " \
            "quantization-aware" in text
-    assert "| int8 (QAT) >= int8 (PTQ) |" in text and "old" not in text
-    before, after = kept.split("old")
+    assert "| int8 (QAT) >= int8 (PTQ) |" in text and "OLD SECTION" not in text
+    before, after = kept.split("OLD SECTION")
     assert text.startswith(before.rsplit("\n", 1)[0]) and text.endswith(after.split("\n", 1)[1])
     module.main(["--only", "sst2_minilm", "--runs-dir", "r", "--artifacts-dir", "a",
                  "--results", str(page)])
     assert calls[-1] == ("sst2_minilm", "r", "a", [])
-    assert "with the default recipe (ranges calibrated on up to 512 training examples" in \
-           page.read_text()
+    assert "; int8 recipe: ranges calibrated on up to 512 training examples" in page.read_text()
+    assert "| int8 (calibrated) >= int8 (PTQ) |" in page.read_text()
     assert "| int8 size <= 27 % of fp32 |" in text
 
 

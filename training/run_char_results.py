@@ -180,8 +180,8 @@ def sample_section(results, best):
     how = ("read with its memory" if best["evaluation"] == "segments + memory"
            else f"a sliding window of {best['context']}")
     return (f"Sample: {SAMPLE_CHARACTERS} characters from {SHORT_NAMES[best['run']]} (the "
-            f"lowest test bits/char), {how}, one new character per call (temperature 0.8, prompt `HAMLET.\\n`, "
-            f"seed 0):\n\n```\n{results['sample']}\n```")
+            f"lowest test bits/char), {how}, one new character per call (temperature 0.8, "
+            f"prompt `HAMLET.\\n`, seed 0):\n\n```\n{results['sample']}\n```")
 
 
 if __name__ == "__main__":
