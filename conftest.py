@@ -14,7 +14,7 @@ collect_ignore = ["tests/fixtures"]
 
 # Library packages built on TensorFlow by design (tf-text, tf.data): their docstring
 # examples run on the TensorFlow backend only.
-TF_PACKAGES = ("text", "training", "export", "quantization", "inference")
+TF_PACKAGES = ("text", "training", "runs", "export", "quantization", "inference")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -25,9 +25,9 @@ from keras_attn.export.tflite_export import bucket_lengths
 from keras_attn.export.tflite_export import export_tflite
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.machine import cpu_description
+from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
-from keras_attn.runs.run_directory import RunDirectory
 
 
 def _texts(path, count, seed=0):

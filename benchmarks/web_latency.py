@@ -57,6 +57,7 @@ import numpy as np
 
 from keras_attn.inference.predictor import load_predictor
 from keras_attn.machine import cpu_description
+from keras_attn.runs import ExportDirectory
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.entity_prediction import ner_model_inputs
@@ -494,7 +495,7 @@ def main(argv=None):
     tasks, files = [], {}
     for index, directory in enumerate(args.exports):
         directory = pathlib.Path(directory)
-        card = json.loads((directory / "model_card.json").read_text("utf-8"))
+        card = ExportDirectory(directory).card()
         data = args.conll if card["task"] == "ner" else args.sst2
         texts = sample_texts(data, args.sentences, args.seed)
         ids = token_ids(directory, card, texts)

@@ -102,7 +102,7 @@ def main(argv=None):
     recipe = QuantizationRecipe.from_arguments(args)
     flags = recipe.to_flags()
     flags += shlex.split(args.export_flags)
-    from keras_attn.export.run_exporter import report_markdown
+    from keras_attn.export.export_report import report_markdown
 
     intro = ("Measured with `python export/run_export_results.py`: `keras-attn export` of the "
              "fine-tuned MiniLM run of `docs/results.md`"

@@ -16,32 +16,32 @@ from keras_attn import reversal_demo
 from keras_attn.demo import DEMO_TASKS
 from keras_attn.demo import run_demo
 from keras_attn.demo import summary_markdown
+from keras_attn.errors import KerasAttnError
 from keras_attn.explain import explain
-from keras_attn.export.run_exporter import ExportError
+from keras_attn.export.run_exporter import EVAL_SPLITS
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
-from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.inference.http_server import DEFAULT_MAX_BATCH
 from keras_attn.inference.http_server import DEFAULT_MAX_TEXT_CHARS
 from keras_attn.inference.http_server import RestApi
 from keras_attn.inference.http_server import ServerLimits
 from keras_attn.inference.http_server import make_server
 from keras_attn.inference.http_server import url_of
-from keras_attn.inference.predictor import PredictorError
 from keras_attn.inference.predictor import load_predictor
-from keras_attn.text.errors import DataError
-from keras_attn.text.text_lines import decode_lines
-from keras_attn.text.text_lines import read_lines
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_stage import quantize_run
-from keras_attn.runs.run_directory import RunDirectoryError
-from keras_attn.training.step_checkpoints import CheckpointError
-from keras_attn.training.strategy import StrategyError
+from keras_attn.text.batching import PREDICT_BATCH_SIZE
+from keras_attn.text.text_lines import decode_lines
+from keras_attn.text.text_lines import read_lines
+from keras_attn.training.config import TrainingConfig
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
 from keras_attn.training.trainer import train
+
+# What a command reports as `keras-attn CMD: error: ...` and exit status 2 (one handler, in
+# `main`): keras-attn's own errors, argument checks (`ValueError` from
+# `keras_attn.layers.validation`), unreadable files and a missing optional extra.
+USER_ERRORS = (KerasAttnError, ValueError, OSError, ImportError)
 
 
 def _say(text=""):
@@ -50,14 +50,10 @@ def _say(text=""):
 
 
 def _demo(args):
-    try:
-        options = ExportOptions(quantization=QuantizationRecipe.from_arguments(args),
-                                latency_runs=args.latency_runs, latency_threads=(1,))
-        summary = run_demo(args.output_dir, tasks=args.tasks, epochs=args.epochs,
-                           export_options=options, log=_say)
-    except (ConfigError, DataError, ExportError, TFLiteExportError, ValueError) as error:
-        sys.stderr.write(f"keras-attn demo: error: {error}\n")
-        return 2
+    options = ExportOptions(quantization=QuantizationRecipe.from_arguments(args),
+                            latency_runs=args.latency_runs, latency_threads=(1,))
+    summary = run_demo(args.output_dir, tasks=args.tasks, epochs=args.epochs,
+                       export_options=options, log=_say)
     _say()
     _say(summary_markdown(summary).rstrip())
     _say()
@@ -112,14 +108,9 @@ def _train(args):
         value = getattr(args, flag)
         if value is not None:
             overrides.append((key, value))
-    try:
-        config = TrainingConfig.from_file(args.config, overrides)
-        _say(f"keras-attn train {args.config}: task {config.task}, output {config.output_dir}")
-        results = train(config, log=_say)
-    except (ConfigError, DataError, StrategyError, CheckpointError, FileNotFoundError,
-            IsADirectoryError) as error:
-        sys.stderr.write(f"keras-attn train: error: {error}\n")
-        return 2
+    config = TrainingConfig.from_file(args.config, overrides)
+    _say(f"keras-attn train {args.config}: task {config.task}, output {config.output_dir}")
+    results = train(config, log=_say)
     metric = results["metric"]
     best = results["best_dev"] or {}
     test = results["test"] or {}
@@ -135,20 +126,16 @@ def _train(args):
 
 def _export(args):
     output_dir = args.output_dir or os.path.join(args.run_dir, "export")
-    try:
-        options = ExportOptions(
-            sequence_length=args.sequence_length,
-            quantization=QuantizationRecipe.from_arguments(args), qat_run=args.qat_run,
-            eval_split=args.eval_split,
-            max_eval_examples=args.max_eval_examples,
-            latency_threads=tuple(args.latency_threads), latency_runs=args.latency_runs,
-            text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples,
-            length_buckets=not args.no_length_buckets)
-        _say(f"keras-attn export {args.run_dir} -> {output_dir}")
-        report = export_run(args.run_dir, output_dir, options, log=_say)
-    except (ExportError, ConfigError, DataError, TFLiteExportError, ValueError) as error:
-        sys.stderr.write(f"keras-attn export: error: {error}\n")
-        return 2
+    options = ExportOptions(
+        sequence_length=args.sequence_length,
+        quantization=QuantizationRecipe.from_arguments(args), qat_run=args.qat_run,
+        eval_split=args.eval_split,
+        max_eval_examples=args.max_eval_examples,
+        latency_threads=tuple(args.latency_threads), latency_runs=args.latency_runs,
+        text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples,
+        length_buckets=not args.no_length_buckets, smallest_bucket=args.smallest_bucket)
+    _say(f"keras-attn export {args.run_dir} -> {output_dir}")
+    report = export_run(args.run_dir, output_dir, options, log=_say)
     _say()
     _say("== artifacts")
     for row in report["artifacts"]:
@@ -162,35 +149,27 @@ def _export(args):
 
 def _quantize(args):
     output_dir = args.output_dir or os.path.join(args.run_dir, "qat")
-    try:
-        recipe = QuantizationRecipe.from_arguments(args)
-        _say(f"keras-attn quantize {args.run_dir} -> {output_dir}: {recipe.describe()}")
-        run = quantize_run(args.run_dir, output_dir, recipe, args.sequence_length, log=_say)
-    except (RunDirectoryError, ValueError) as error:
-        sys.stderr.write(f"keras-attn quantize: error: {error}\n")
-        return 2
+    recipe = QuantizationRecipe.from_arguments(args)
+    _say(f"keras-attn quantize {args.run_dir} -> {output_dir}: {recipe.describe()}")
+    run = quantize_run(args.run_dir, output_dir, recipe, args.sequence_length, log=_say)
     _say(f"QAT run: {run.path} (export it with `keras-attn export {args.run_dir} "
          f"--qat-run {run.path}`)")
     return 0
 
 
 def _explain(args):
-    try:
-        summary = explain(args.run_dir, args.text, args.output, layers=args.layers,
-                          heads=args.heads, position_encoding_png=args.position_encoding,
-                          log=lambda note: _say(f"note: {note}"))
-        prediction = summary["prediction"]
-        _say(f"keras-attn explain {args.run_dir}: {summary['task']}"
-             f"{'' if prediction else ' (attention only)'}, {len(summary['tokens'])} tokens")
-        if prediction is not None:
-            _say(f"  {_explained_prediction(prediction)}")
-        _say(f"  attention of layers {summary['layers']} x heads {summary['heads']} "
-             f"({summary['panels']} heatmaps): {summary['path']}")
-        for name, path in summary["position_encoding_files"].items():
-            _say(f"  {name}: {path}")
-    except (ValueError, ImportError, OSError) as error:  # ExplainError, DataError, bad files
-        sys.stderr.write(f"keras-attn explain: error: {error}\n")
-        return 2
+    summary = explain(args.run_dir, args.text, args.output, layers=args.layers,
+                      heads=args.heads, position_encoding_png=args.position_encoding,
+                      log=lambda note: _say(f"note: {note}"))
+    prediction = summary["prediction"]
+    _say(f"keras-attn explain {args.run_dir}: {summary['task']}"
+         f"{'' if prediction else ' (attention only)'}, {len(summary['tokens'])} tokens")
+    if prediction is not None:
+        _say(f"  {_explained_prediction(prediction)}")
+    _say(f"  attention of layers {summary['layers']} x heads {summary['heads']} "
+         f"({summary['panels']} heatmaps): {summary['path']}")
+    for name, path in summary["position_encoding_files"].items():
+        _say(f"  {name}: {path}")
     return 0
 
 
@@ -238,13 +217,9 @@ def _predict_inputs(args):
 
 
 def _predict(args):
-    try:
-        inputs = _predict_inputs(args)
-        predictor = load_predictor(args.artifact, num_threads=args.threads)
-        results = predictor.predict([text for _, text in inputs], batch_size=args.batch_size)
-    except (PredictorError, DataError, OSError, ValueError) as error:
-        sys.stderr.write(f"keras-attn predict: error: {error}\n")
-        return 2
+    inputs = _predict_inputs(args)
+    predictor = load_predictor(args.artifact, num_threads=args.threads)
+    results = predictor.predict([text for _, text in inputs], batch_size=args.batch_size)
     for (line, text), result in zip(inputs, results):
         if args.json:
             record = {"line": line} if line is not None else {}
@@ -263,21 +238,17 @@ def _predict(args):
 
 
 def _serve(args):
-    try:
-        limits = ServerLimits(
-            max_header_bytes=args.max_header_bytes, max_connections=args.max_connections,
-            backlog=args.backlog, header_timeout=args.header_timeout,
-            request_timeout=args.request_timeout, keep_alive_timeout=args.keep_alive_timeout,
-            workers=args.workers, max_batch_size=args.max_batch_size,
-            batch_timeout=args.batch_timeout_ms / 1000,
-            max_queued_examples=args.max_queued_examples)
-        api = RestApi(args.saved_model_dir, model_name=args.model_name,
-                      max_batch=args.max_batch, max_text_chars=args.max_text_chars)
-        server = make_server(api, args.host, args.port, args.max_request_bytes,
-                             log=lambda line: sys.stderr.write(line + "\n"), limits=limits)
-    except (ValueError, OSError, ImportError) as error:
-        sys.stderr.write(f"keras-attn serve: error: {error}\n")
-        return 2
+    limits = ServerLimits(
+        max_header_bytes=args.max_header_bytes, max_connections=args.max_connections,
+        backlog=args.backlog, header_timeout=args.header_timeout,
+        request_timeout=args.request_timeout, keep_alive_timeout=args.keep_alive_timeout,
+        workers=args.workers, max_batch_size=args.max_batch_size,
+        batch_timeout=args.batch_timeout_ms / 1000,
+        max_queued_examples=args.max_queued_examples)
+    api = RestApi(args.saved_model_dir, model_name=args.model_name,
+                  max_batch=args.max_batch, max_text_chars=args.max_text_chars)
+    server = make_server(api, args.host, args.port, args.max_request_bytes,
+                         log=lambda line: sys.stderr.write(line + "\n"), limits=limits)
     url = url_of(server, api)
     _say(f"keras-attn serve {api.saved_model_dir} (version {api.version}): {url}")
     _say(f"  curl -d '{{\"instances\": [\"some text\"]}}' {url}:predict   (Ctrl-C stops)")
@@ -365,6 +336,7 @@ def _add_export_command(commands):
         description="Export RUN_DIR (a keras-attn train output directory). Re-running "
                     "reuses the artifacts already written.",
     )
+    defaults = ExportOptions()
     export.add_argument("run_dir", help="the training run directory (holds model.keras)")
     export.add_argument("--output-dir", help="artifact directory (default RUN_DIR/export)")
     export.add_argument("--sequence-length", type=_positive_int,
@@ -374,22 +346,26 @@ def _add_export_command(commands):
                         help="convert this QAT run (from `keras-attn quantize`) instead of "
                              "quantizing RUN_DIR into OUTPUT/qat")
     QuantizationRecipe.add_arguments(export)
-    export.add_argument("--eval-split", choices=("auto", "dev", "test"), default="auto",
+    export.add_argument("--eval-split", choices=EVAL_SPLITS, default=defaults.eval_split,
                         help="data the artifacts are scored on (auto: test for NER, dev for "
                              "classification)")
     export.add_argument("--max-eval-examples", type=_positive_int,
                         help="score on the first N examples only")
-    export.add_argument("--latency-threads", type=_positive_int, nargs="+", default=[1, 2],
+    export.add_argument("--latency-threads", type=_positive_int, nargs="+",
+                        default=list(defaults.latency_threads),
                         help="thread counts of the latency measurements")
-    export.add_argument("--latency-runs", type=_positive_int, default=50,
+    export.add_argument("--latency-runs", type=_positive_int, default=defaults.latency_runs,
                         help="timed runs per latency measurement")
-    export.add_argument("--golden-examples", type=int, default=1000,
+    export.add_argument("--golden-examples", type=int, default=defaults.golden_examples,
                         help="data sentences in golden_vectors.jsonl (plus the hard cases)")
     export.add_argument("--no-text-tflite", action="store_true",
                         help="skip model_text.tflite (tokenizer inside, tf-text custom ops)")
     export.add_argument("--no-length-buckets", action="store_true",
                         help="skip model_<variant>_buckets.tflite (one signature per length "
                              "bucket) and its latency over the evaluation lengths")
+    export.add_argument("--smallest-bucket", type=_positive_int,
+                        default=defaults.smallest_bucket,
+                        help="the shortest length bucket of model_<variant>_buckets.tflite")
     export.set_defaults(handler=_export)
 
 
@@ -449,7 +425,7 @@ def _add_predict_command(commands):
     predict.add_argument("--json", action="store_true",
                          help="one JSON object per text (line, text, label and probabilities "
                               "or entities and words)")
-    predict.add_argument("--batch-size", type=_positive_int, default=32,
+    predict.add_argument("--batch-size", type=_positive_int, default=PREDICT_BATCH_SIZE,
                          help="texts per model call")
     predict.add_argument("--threads", type=_positive_int,
                          help="LiteRT / onnxruntime threads (default: theirs)")
@@ -549,8 +525,14 @@ def _positive_int(text):
 
 
 def main(argv=None):
+    """Runs one command; a `USER_ERRORS` error is printed as `keras-attn CMD: error: ...`
+    (its message says what, where and how to fix it) and exits with status 2."""
     args = build_parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except USER_ERRORS as error:
+        sys.stderr.write(f"keras-attn {args.command}: error: {error}\n")
+        return 2
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ masking and softmax are exactly the ones of `MultiHeadAttention` (no re-implemen
 could drift from it). The replay is checked against the backbone's `sequence_output`.
 """
 
-import json
 import math
 import pathlib
 import textwrap
@@ -18,12 +17,14 @@ import textwrap
 import numpy as np
 from keras import ops
 
+from keras_attn.errors import KerasAttnError
 from keras_attn.models.bert_backbone import BertBackbone
+from keras_attn.runs.export_directory import ExportDirectory
+from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.text.entity_prediction import ner_model_inputs
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.word_splitter import split_words
-from keras_attn.runs.run_directory import RunDirectory
-from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import task_spec
 from keras_attn.visualization import plot_attention_grid
@@ -39,7 +40,7 @@ _ENTITY_COLOURS = {"PER": "#f4a6a6", "LOC": "#a6d8f4", "ORG": "#b8e6a6", "MISC":
 _EXTRA_COLOURS = ("#d6b8f4", "#f4b8e0", "#b8f4ec", "#e0e0a6")
 
 
-class ExplainError(ValueError):
+class ExplainError(KerasAttnError, ValueError):
     """A run directory, text or option that `explain` cannot work with (message says why)."""
 
 
@@ -173,15 +174,14 @@ def _resolve_run_dir(path):
                 "(or the model.keras inside one)"
             )
         path = path.parent
-    if (path / "model_card.json").is_file() and not RunDirectory(path).is_run():
+    if ExportDirectory(path).is_export() and not RunDirectory(path).is_run():
         return _source_run(path)
     return path, []  # its RunDirectory names any file it lacks
 
 
 def _source_run(export_dir):
     """The run an export directory was made from (its model card's `source_run`)."""
-    card = json.loads((export_dir / "model_card.json").read_text(encoding="utf-8"))
-    source = card.get("source_run")
+    source = ExportDirectory(export_dir).source_run()
     if source and RunDirectory(source).is_run():
         note = (f"{export_dir} is an export directory: its TFLite/ONNX/SavedModel graphs do "
                 f"not output attention, so the float Keras model of its source run {source} "
@@ -220,10 +220,9 @@ def load_explained_model(path):
         run.require("model.keras", "vocab.txt", "config.json", needed_for="explaining a run")
         _check_float_run(run)
         labels = run.labels() if run.task in DEPLOYABLE_TASKS else None
-        settings = run.tokenizer_settings()
         model = run.load_model()
         backbone = find_backbone(model)
-        tokenizer = run.tokenizer(min(settings.max_length, backbone.max_sequence_length))
+        tokenizer = run.tokenizer(run.sequence_length(limit=backbone.max_sequence_length))
     except RunDirectoryError as error:
         raise ExplainError(str(error)) from None
     if labels is None:

@@ -29,8 +29,10 @@ SOURCE_DIRECTORIES = ("apps", "benchmarks", "docs", "export", "keras_attn", "tes
                       "training")
 # Paths the docs name that are built, not committed (git-ignored build outputs).
 BUILT = ("apps/web_demo/dist/", "apps/android_demo/app/src/main/assets/")
-# Paths that only illustrate a message, per page.
-ILLUSTRATIONS = {"docs/training.md": {"training/x.yaml"}}  # a config error's example output
+# Paths that only illustrate, per page: a config error's example output; the module the
+# page's example of a new artifact kind would add.
+ILLUSTRATIONS = {"docs/training.md": {"training/x.yaml"},
+                 "docs/pipeline.md": {"keras_attn/export/artifacts/onnx_fp16_artifact.py"}}
 
 FENCE = re.compile(r"^ {0,3}(```|~~~)[^\n]*\n(.*?)^ {0,3}\1[ \t]*$", re.DOTALL | re.MULTILINE)
 INDENTED = re.compile(r"(?:^(?: {4}|\t)[^\n]*\n)+", re.MULTILINE)

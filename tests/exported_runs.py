@@ -11,8 +11,8 @@ import pathlib
 
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
-from keras_attn.training.config import TrainingConfig
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
 from tests.test_run_exporter import FILLER
 from tests.test_run_exporter import TAGS

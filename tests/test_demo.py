@@ -10,9 +10,9 @@ import pytest
 
 from keras_attn import demo
 from keras_attn.export.run_exporter import ExportOptions
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 
 pytestmark = pytest.mark.tensorflow
 

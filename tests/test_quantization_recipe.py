@@ -5,8 +5,8 @@ import argparse
 
 import pytest
 
-from keras_attn.training.config import TrainingConfig
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.training.config import TrainingConfig
 
 
 def parse(*flags):

@@ -9,14 +9,14 @@ import pytest
 from keras_attn.cli import main
 from keras_attn.inference.predictor import PredictorError
 from keras_attn.inference.predictor import load_predictor
-from keras_attn.runs import run_directory
-from keras_attn.training.config import TrainingConfig
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_stage import quantize_run
+from keras_attn.runs import run_directory
 from keras_attn.runs.run_directory import Lineage
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.runs.run_directory import TokenizerSettings
+from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
 from tests.test_trainer import config_dict
 from tests.test_trainer import write_data

@@ -5,21 +5,21 @@ app and serving read. One export per task (module fixtures); the checks read its
 import json
 import os
 import pathlib
-import types
+import shutil
 
 import keras
 import numpy as np
 import pytest
 
+from keras_attn.export.artifact_scoring import interleaved_latency
+from keras_attn.export.export_report import report_markdown
 from keras_attn.export.run_exporter import ExportError
 from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.export.run_exporter import RunExporter
 from keras_attn.export.run_exporter import export_run
-from keras_attn.export.run_exporter import report_markdown
 from keras_attn.inference.predictor import load_predictor
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.training.trainer import Trainer
 from tests.test_tflite_export import FLOAT_RESIDUAL_OPS
 from tests.test_trainer import config_dict
@@ -406,9 +406,7 @@ def test_latency_takes_the_artifacts_in_turns():
     def make(name):
         return lambda threads: lambda: order.append((name, threads))
 
-    exporter = types.SimpleNamespace(options=ExportOptions(latency_runs=7,
-                                                           latency_threads=(1, 2)))
-    latency = RunExporter._interleaved_latency(exporter, {"a": make("a"), "b": make("b")})
+    latency = interleaved_latency({"a": make("a"), "b": make("b")}, (1, 2), 7)
     assert [[lat["num_threads"] for lat in latency[name]] for name in "ab"] == [[1, 2], [1, 2]]
     assert all(lat["p50_ms"] >= 0 for name in "ab" for lat in latency[name])
     for threads, calls in ((1, order[:24]), (2, order[24:])):
@@ -416,3 +414,39 @@ def test_latency_takes_the_artifacts_in_turns():
         # 7 runs in 5 rounds of 2, 2, 1, 1, 1, the two artifacts in turns.
         assert "".join(name for name, _ in calls[10:]) == "aabb" "aabb" "ab" "ab" "ab"
     assert len(order) == 48
+
+
+def _documented_step():
+    """The `OnnxFp16Step` of docs/pipeline.md ("The artifact steps"), run as written."""
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "pipeline.md").read_text("utf-8")
+    block = page.split("```python\n# keras_attn/export/artifacts/onnx_fp16_artifact.py")[1]
+    namespace = {}
+    exec(block.split("```")[0], namespace)  # noqa: S102 - our own docs' example
+    return namespace["OnnxFp16Step"]()
+
+
+def test_a_new_artifact_kind_is_one_step_and_one_registry_line(classification, tmp_path,
+                                                                 monkeypatch):
+    """Registering the documented example step is all it takes: the next export writes its
+    file, scores and times it, lists it in the card, and `predict` runs it."""
+    import keras_attn.export.run_exporter as run_exporter
+    from keras_attn.runs import ExportDirectory
+
+    run, export_dir = classification[0], tmp_path / "export"
+    shutil.copytree(classification[1], export_dir)  # every other artifact is reused
+    steps = list(run_exporter.ARTIFACT_STEPS)
+    steps.insert([s.name for s in steps].index("onnx") + 1, _documented_step())
+    monkeypatch.setattr(run_exporter, "ARTIFACT_STEPS", tuple(steps))
+    report = export_run(run, export_dir, options())
+    row = rows(report)["model_fp16.onnx"]
+    assert row["agreement"] == 1.0 and row["max_abs_logit_diff"] < 1e-2
+    assert [lat["num_threads"] for lat in row["latency"]] == [1]
+    entries = {e["file"]: e for e in ExportDirectory(export_dir).artifacts()}
+    assert entries["model_fp16.onnx"] == {"file": "model_fp16.onnx", "kind": "onnx",
+                                          "precision": "fp16", "lengths": []}
+    assert entries["model_int8.tflite"] == {"file": "model_int8.tflite", "kind": "tflite",
+                                            "precision": "int8", "lengths": [16]}
+    assert "saved_model" in entries and "model_text.tflite" in entries
+    text = "a very good film"
+    assert load_predictor(export_dir / "model_fp16.onnx").predict([text])[0]["label"] == \
+        load_predictor(export_dir / "model.onnx").predict([text])[0]["label"]

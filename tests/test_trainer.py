@@ -335,8 +335,8 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
     import keras
 
     from keras_attn.quantization.qat_bert import QatBert
-    from keras_attn.training.config import ConfigError
     from keras_attn.runs.run_directory import RunDirectory
+    from keras_attn.training.config import ConfigError
 
     _, float_results = in_process(tmp_path, "float", epochs=10, learning_rate=1e-2)
     values = config_dict(tmp_path / "data", tmp_path / "qat", epochs=2, learning_rate=1e-3)

@@ -10,10 +10,10 @@ TensorFlow-specific by design (the converters are).
 from keras_attn.export.mediapipe_export import append_softmax
 from keras_attn.export.mediapipe_export import write_mediapipe_artifacts
 from keras_attn.export.onnx_export import OnnxRunner
-from keras_attn.export.onnx_export import embed_onnx_metadata
 from keras_attn.export.onnx_export import export_onnx
-from keras_attn.export.onnx_export import onnx_settings
-from keras_attn.export.onnx_export import quantize_onnx_dynamic
+from keras_attn.export.onnx_metadata import embed_onnx_metadata
+from keras_attn.export.onnx_metadata import onnx_settings
+from keras_attn.export.onnx_quantization import quantize_onnx_dynamic
 from keras_attn.export.run_exporter import ExportError
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import RunExporter

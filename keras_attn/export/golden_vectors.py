@@ -144,12 +144,6 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
     }
 
 
-def write_model_card(path, card):
-    """Writes `card` as indented UTF-8 JSON."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps(card, indent=1, ensure_ascii=False) + "\n")
-
-
 def viterbi_float64(emissions, transitions, start_transitions, end_transitions):
     """Best CRF tag path of one sequence, in float64, in the order the app adds.
 

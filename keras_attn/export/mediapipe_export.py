@@ -21,7 +21,6 @@ different scores. `score_with_mediapipe` counts those texts: it runs the same fi
 on our tokenizer's ids, so any difference from MediaPipe's scores is the tokenization.
 """
 
-import json
 import pathlib
 
 import keras
@@ -29,9 +28,11 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
-from keras_attn.export.onnx_export import embed_onnx_metadata
+from keras_attn.export.onnx_metadata import embed_onnx_metadata
 from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_metadata import embed_metadata
+from keras_attn.runs.export_directory import ExportDirectory
+from keras_attn.text.batching import PREDICT_BATCH_SIZE
 
 MEDIAPIPE_VARIANTS = ("fp32", "int8")  # fp32 first: it finds the texts tokenized differently
 # Same float file, same ids: MediaPipe and LiteRT agree within 6e-8 (measured; int8: 2e-3).
@@ -204,7 +205,7 @@ def write_mediapipe_artifacts(export_dir, card, vocabulary, texts, keras_probabi
     return section
 
 
-def keras_probabilities(model, tokenizer, texts, batch_size=32):
+def keras_probabilities(model, tokenizer, texts, batch_size=PREDICT_BATCH_SIZE):
     """Softmax of the Keras float classifier's logits on `texts`, `(N, C)` float64."""
     rows = []
     for start in range(0, len(texts), batch_size):
@@ -234,8 +235,8 @@ def self_describing_artifacts(export_dir, model, tokenizer, texts, log=None):
     """
     log = log or (lambda message: None)
     export_dir = pathlib.Path(export_dir)
-    card = json.loads((export_dir / "model_card.json").read_text("utf-8"))
-    vocabulary = (export_dir / "vocab.txt").read_text("utf-8").rstrip("\n").split("\n")
+    files = ExportDirectory(export_dir).model_card("the metadata embedded in every model file")
+    card, vocabulary = files.card, files.vocabulary
     embedded = []
     for path in sorted(export_dir.glob("model_*.tflite")):
         if path.stem.endswith("_mediapipe"):

@@ -2,13 +2,12 @@
 
 - `export_onnx`: a float Keras model with a dict of inputs -> an ONNX file with dynamic
   `batch` and `sequence` axes, the Keras input names and a `logits` output.
-- `quantize_onnx_dynamic`: onnxruntime dynamic-range int8 (int8 weights, activations
-  quantized at run time).
+- `keras_attn.export.onnx_quantization.quantize_onnx_dynamic`: onnxruntime dynamic-range
+  int8 (int8 weights, activations quantized at run time).
 - `OnnxRunner`: an onnxruntime session fed with the same dict of numpy arrays as the
   Keras model, with a fixed number of intra-op threads (for latency measurements).
-- `embed_onnx_metadata` / `onnx_settings`: the model card, vocabulary and labels as the
-  file's `metadata_props` (keys `model_card.json`, `vocab.txt`, `labels.txt`, the names of
-  the side files), so one `.onnx` file is enough to tokenize, run and decode.
+- `keras_attn.export.onnx_metadata`: the model card, vocabulary and labels as the file's
+  `metadata_props`, so one `.onnx` file is enough to tokenize, run and decode.
 
 Exact GELU: on TensorFlow, `keras.activations.gelu(x)` is `0.5 x erfc(-x / sqrt(2))`.
 tf2onnx has no conversion for `Erfc` (ONNX has no such operator) and leaves the TF op in
@@ -27,12 +26,7 @@ import onnx
 import onnxruntime
 import tensorflow as tf
 import tf2onnx
-from onnx import helper
-from onnx import numpy_helper
 
-from keras_attn.export.tflite_metadata import settings_from_files
-from keras_attn.export.tflite_metadata import side_files
-from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_int
 
 logger = logging.getLogger(__name__)
@@ -313,183 +307,6 @@ def _check_standard_ops(model_proto, opset):
                 "https://github.com/onnx/tensorflow-onnx/blob/main/support_status.md) or "
                 "try the other supported opset."
             )
-
-
-def quantize_onnx_dynamic(src, dst, per_channel=True):
-    """Writes the dynamic-range int8 version of an ONNX float model (onnxruntime).
-
-    `onnxruntime.quantization.quantize_dynamic` with signed int8 (`QInt8`) weights:
-    MatMul/Gemm weights and the embedding tables (Gather) are stored in int8 with a
-    float scale, activations are quantized to uint8 at run time from their observed
-    range (MatMulInteger / DynamicQuantizeMatMul kernels). No calibration data is needed.
-
-    Args:
-        src: str or path-like, the float ONNX model (from `export_onnx`).
-        dst: str or path-like, the int8 model to write.
-        per_channel: bool, one scale per output channel of each weight instead of one per
-            tensor. Defaults to `True`: on MiniLM-sized encoders (random and pretrained
-            weights) it lowered the max |logit error| by 25-30 % at the same size and
-            latency (see the export docs for the measurements).
-
-    Returns:
-        str, `dst`.
-
-    Raises:
-        ValueError: `src` missing, or `src` and `dst` the same file.
-
-    Example:
-    >>> import tempfile
-    >>> from keras_attn.models.bert_backbone import BertBackbone
-    >>> from keras_attn.models.bert_classifier import BertClassifier
-    >>> classifier = BertClassifier(BertBackbone(
-    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
-    ...     intermediate_dim=16, max_sequence_length=16), num_classes=3)
-    >>> directory = tempfile.mkdtemp()
-    >>> src = export_onnx(classifier, os.path.join(directory, "model.onnx"))["path"]
-    >>> dst = quantize_onnx_dynamic(src, os.path.join(directory, "model_int8.onnx"))
-    >>> OnnxRunner(dst).output_names
-    ['logits']
-    """
-    if not isinstance(src, (str, os.PathLike)) or not os.path.isfile(src):
-        raise ValueError(f"`src` must be an existing ONNX file. Received: src={src!r}")
-    if not isinstance(dst, (str, os.PathLike)):
-        raise ValueError(f"`dst` must be a str or path-like. Received: dst={dst!r}")
-    if os.path.abspath(os.fspath(src)) == os.path.abspath(os.fspath(dst)):
-        raise ValueError(
-            "`dst` must differ from `src` (the float model stays next to its int8 "
-            f"version). Received: src={src!r}, dst={dst!r}"
-        )
-    check_bool("per_channel", per_channel)
-    # Imported on use: onnxruntime's quantization tools take ~1.8 s to import (90 modules),
-    # a cost every `import keras_attn.export` (predict, serve) would pay for this one call.
-    from onnxruntime.quantization import QuantType
-    from onnxruntime.quantization import quantize_dynamic
-
-    model_proto = _gemm_as_matmul(onnx.load(os.fspath(src)))
-    # `_gemm_as_matmul` is the pre-processing this graph needs; onnxruntime's advice to run
-    # its own optional pre-processing (shape inference and graph fusions) is printed on every
-    # call and is not actionable here, so that one message is filtered during the call.
-    root = logging.getLogger()
-    root.addFilter(_drop_pre_processing_advice)
-    try:
-        quantize_dynamic(
-            model_proto, os.fspath(dst), weight_type=QuantType.QInt8, per_channel=per_channel,
-        )
-    finally:
-        root.removeFilter(_drop_pre_processing_advice)
-    return os.fspath(dst)
-
-
-def embed_onnx_metadata(path, card, vocabulary, labels):
-    """Writes the model card, vocabulary and labels into an ONNX file's `metadata_props`.
-
-    Each is one string entry named after its side file (`model_card.json`, `vocab.txt`,
-    `labels.txt`, with the same text); entries already there under those names are
-    replaced, other entries (`keras_attn.model_class`, ...) kept, and a file whose entries
-    are already these is left untouched. onnxruntime reads them back without parsing the
-    graph: `InferenceSession(path).get_modelmeta().custom_metadata_map`.
-
-    Args:
-        path: str or path-like, a keras-attn ONNX file.
-        card: the export's model card dict (`keras_attn.export.golden_vectors.model_card`).
-        vocabulary: list of str, the `vocab.txt` lines.
-        labels: list of str, in output order.
-
-    Returns:
-        str, `path`.
-
-    Example:
-    >>> import tempfile
-    >>> from keras_attn.models.bert_backbone import BertBackbone
-    >>> from keras_attn.models.bert_classifier import BertClassifier
-    >>> classifier = BertClassifier(BertBackbone(
-    ...     vocabulary_size=4, num_layers=1, num_heads=2, hidden_dim=8,
-    ...     intermediate_dim=16, max_sequence_length=16), num_classes=2)
-    >>> path = export_onnx(classifier, os.path.join(tempfile.mkdtemp(), "model.onnx"))["path"]
-    >>> card = {"task": "classification", "labels": ["neg", "pos"]}
-    >>> _ = embed_onnx_metadata(path, card, ["[PAD]", "[UNK]", "[CLS]", "[SEP]"], ["neg", "pos"])
-    >>> onnx_settings(OnnxRunner(path).session, path).labels
-    ['neg', 'pos']
-    """
-    path = os.fspath(path)
-    model_proto = onnx.load(path)
-    files = {name: data.decode("utf-8")
-             for name, data in side_files(card, vocabulary, labels).items()}
-    kept = [(entry.key, entry.value) for entry in model_proto.metadata_props
-            if entry.key not in files]
-    del model_proto.metadata_props[:]
-    for key, value in kept + sorted(files.items()):
-        model_proto.metadata_props.add(key=key, value=value)
-    data = model_proto.SerializeToString()
-    with open(path, "rb") as f:
-        unchanged = f.read() == data
-    if not unchanged:
-        with open(path, "wb") as f:
-            f.write(data)
-    return path
-
-
-def onnx_settings(session, path):
-    """The `TFLiteSettings` (card, vocabulary, labels) that `embed_onnx_metadata` wrote
-    into the model of an onnxruntime `session`, or `None` when it has no model card.
-
-    Raises:
-        TFLiteMetadataError: a card without the vocabulary or labels, or disagreeing with
-            them.
-    """
-    entries = session.get_modelmeta().custom_metadata_map
-    return settings_from_files({key: value.encode("utf-8") for key, value in entries.items()},
-                               path)
-
-
-def _drop_pre_processing_advice(record):
-    """`logging` filter: `False` (drop) for onnxruntime's pre-processing advice only."""
-    return "pre-processing before quantization" not in record.getMessage()
-
-
-def _gemm_as_matmul(model_proto):
-    """`Gemm(A, B, C)` with a constant `B` rewritten as `MatMul(A, B') + C`.
-
-    onnxruntime's dynamic quantizer handles MatMul but not Gemm, and the Q/K/V and
-    output projections of the attention (Keras EinsumDense) convert to Gemm: left as
-    they are, a sixth of MiniLM's weights stay float32. Same values: `B' = B^T` when
-    `transB`, and `alpha`, `beta` are folded into `B'` and `C`.
-    """
-    graph = model_proto.graph
-    initializers = {tensor.name: tensor for tensor in graph.initializer}
-    nodes = []
-    for node in graph.node:
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if (node.op_type != "Gemm" or node.input[1] not in initializers
-                or attributes.get("transA", 0)
-                or (len(node.input) > 2 and node.input[2] not in initializers)):
-            nodes.append(node)
-            continue
-        weight = numpy_helper.to_array(initializers[node.input[1]])  # (K, N) or (N, K)
-        if attributes.get("transB", 0):
-            weight = weight.T  # (K, N)
-        weight = weight * np.asarray(attributes.get("alpha", 1.0), weight.dtype)
-        prefix = node.name or node.output[0]
-        weight_name = f"{prefix}_matmul_weight"
-        graph.initializer.append(numpy_helper.from_array(weight, weight_name))
-        has_bias = len(node.input) > 2 and node.input[2] != ""
-        product = f"{prefix}_matmul" if has_bias else node.output[0]
-        nodes.append(helper.make_node("MatMul", [node.input[0], weight_name], [product],
-                                      name=f"{prefix}_matmul"))
-        if has_bias:
-            bias = numpy_helper.to_array(initializers[node.input[2]])
-            bias = bias * np.asarray(attributes.get("beta", 1.0), bias.dtype)
-            bias_name = f"{prefix}_bias"
-            graph.initializer.append(numpy_helper.from_array(bias, bias_name))
-            nodes.append(helper.make_node("Add", [product, bias_name], [node.output[0]],
-                                          name=f"{prefix}_bias_add"))
-    del graph.node[:]
-    graph.node.extend(nodes)
-    read = {name for node in graph.node for name in node.input}
-    unread = [tensor for tensor in graph.initializer if tensor.name not in read]
-    for tensor in unread:
-        graph.initializer.remove(tensor)
-    return model_proto
 
 
 class OnnxRunner:

@@ -36,6 +36,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 from tensorflow.lite.python import schema_py_generated as schema
 
+from keras_attn.errors import KerasAttnError
 from keras_attn.layers.validation import check_int
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
@@ -57,7 +58,7 @@ BUCKETS_FILE_SUFFIX = "_buckets"
 SMALLEST_BUCKET = 16
 
 
-class TFLiteExportError(RuntimeError):
+class TFLiteExportError(KerasAttnError, RuntimeError):
     """A conversion failed or produced an artifact that breaks its contract."""
 
 

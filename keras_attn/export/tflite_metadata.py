@@ -45,16 +45,19 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
+from keras_attn.errors import KerasAttnError
 from keras_attn.export.tflite_sharing import pack_model
-from keras_attn.text.label_vocabulary import LabelVocabulary
-from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.runs.export_directory import CARD_FILE
+from keras_attn.runs.export_directory import LABELS_FILE
+from keras_attn.runs.export_directory import VOCAB_FILE
+from keras_attn.runs.export_directory import ExportDirectoryError
+from keras_attn.runs.export_directory import ModelCard
 from keras_attn.training.task_registry import task_spec
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
 # BertTokenizerOptions and associated files in process units need metadata parser 1.1.0.
 MIN_PARSER_VERSION = "1.1.0"
-CARD_FILE, VOCAB_FILE, LABELS_FILE = "model_card.json", "vocab.txt", "labels.txt"
 _DESCRIPTIONS = {
     "token_ids": "Word-piece ids of [CLS] text [SEP], padded with the [PAD] id.",
     "segment_ids": "0 for every position (one sentence).",
@@ -80,7 +83,7 @@ _LABELLED_OUTPUTS = ("logits", "probabilities")
 MEDIAPIPE_INPUT_NAMES = {"token_ids": "ids", "padding_mask": "mask", "segment_ids": "segment_ids"}
 
 
-class TFLiteMetadataError(ValueError):
+class TFLiteMetadataError(KerasAttnError, ValueError):
     """A `.tflite` file whose metadata is missing, unreadable or inconsistent."""
 
 
@@ -370,38 +373,12 @@ def read_metadata(path):
     }
 
 
-@dataclasses.dataclass
-class TFLiteSettings:
-    """What a self-describing `.tflite` file carries to tokenize and decode.
-
-    Attributes:
-        card: the model card dict (task, labels, sequence length, tokenizer settings, CRF).
-        vocabulary: list of str, the `vocab.txt` lines.
-        labels: list of str, the `labels.txt` lines.
-    """
-
-    card: dict
-    vocabulary: list
-    labels: list
-
-    def tokenizer(self):
-        """The `WordPieceTokenizer` of the card's settings over the embedded vocabulary."""
-        settings = self.card["tokenizer"]
-        return WordPieceTokenizer(self.vocabulary, lowercase=bool(settings["lowercase"]),
-                                  strip_accents=bool(settings["strip_accents"]),
-                                  sequence_length=int(self.card["sequence_length"]))
-
-    def label_vocabulary(self):
-        """The labels as a `LabelVocabulary`."""
-        return LabelVocabulary(self.labels)
-
-
 def settings_from_tflite(path):
     """The model card, vocabulary and labels embedded in a `.tflite` file by
     `embed_metadata` (standard library only: the zip part of the file).
 
     Returns:
-        `TFLiteSettings`, or `None` when the file embeds no model card.
+        `ModelCard`, or `None` when the file embeds no model card.
 
     Raises:
         TFLiteMetadataError: the file embeds a card but not the vocabulary or labels, or
@@ -420,7 +397,7 @@ def settings_from_tflite(path):
 
 
 def settings_from_files(files, source):
-    """`TFLiteSettings` from the embedded files of a model (name -> bytes, as `side_files`
+    """`ModelCard` from the embedded files of a model (name -> bytes, as `side_files`
     makes them: a `.tflite` file's zip part, an ONNX file's `metadata_props`), or `None`
     when they hold no model card. `source` names the model in errors.
 
@@ -443,8 +420,8 @@ def settings_from_files(files, source):
     def lines(name):
         return files[name].decode("utf-8").rstrip("\n").split("\n")
 
-    settings = TFLiteSettings(card, lines(VOCAB_FILE), lines(LABELS_FILE))
-    if settings.labels != card.get("labels"):
-        raise TFLiteMetadataError(f"{source}: the embedded {LABELS_FILE} and {CARD_FILE} list "
-                                  "different labels; re-run `keras-attn export`")
-    return settings
+    try:
+        return ModelCard(card, lines(VOCAB_FILE), lines(LABELS_FILE),
+                         source=f"{source} (embedded files)")
+    except ExportDirectoryError as error:
+        raise TFLiteMetadataError(str(error)) from None

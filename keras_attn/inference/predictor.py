@@ -34,32 +34,34 @@ words the graph located (words wholly past the sequence length are counted in
 """
 
 import abc
-import json
 import pathlib
-import types
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.errors import KerasAttnError
+from keras_attn.export.artifacts import onnx_logits
+from keras_attn.export.artifacts import tflite_logits
 from keras_attn.export.onnx_export import OnnxRunner
-from keras_attn.export.onnx_export import onnx_settings
+from keras_attn.export.onnx_metadata import onnx_settings
 from keras_attn.export.serving_module import load_saved_model
 from keras_attn.export.text_tflite import decode_text_entities
 from keras_attn.export.text_tflite import text_interpreter
-from keras_attn.export.tflite_export import BucketedTFLite
 from keras_attn.export.tflite_export import default_signature_runner
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import settings_from_tflite
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
-from keras_attn.text.entity_prediction import predict_entities
-from keras_attn.text.label_vocabulary import LabelVocabulary
-from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.runs.export_directory import ExportDirectory
+from keras_attn.runs.export_directory import ExportDirectoryError
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.runs.run_directory import output_count
+from keras_attn.text.batching import PREDICT_BATCH_SIZE
+from keras_attn.text.entity_prediction import predict_entities
+from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import task_spec
 
@@ -67,7 +69,7 @@ ID_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 TASKS = DEPLOYABLE_TASKS
 
 
-class PredictorError(ValueError):
+class PredictorError(KerasAttnError, ValueError):
     """An artifact that cannot be loaded: unknown kind, missing or inconsistent side files."""
 
 
@@ -89,7 +91,7 @@ class Predictor(abc.ABC):
         self.task = task
         self.labels = labels
 
-    def predict(self, texts, batch_size=32):
+    def predict(self, texts, batch_size=PREDICT_BATCH_SIZE):
         """Results for `texts`, in order.
 
         Args:
@@ -282,16 +284,14 @@ class IdsPredictor(Predictor):
         path: the artifact.
         kind: `"tflite"` or `"onnx"`.
         run_logits: callable, dict of `(B, L)` int32 arrays -> `(B, C)` or `(B, L, C)` logits.
-        card: the export's `model_card.json` (dict).
-        tokenizer: `WordPieceTokenizer` built from the card and `vocab.txt`.
-        labels: `LabelVocabulary` of the card.
+        model_card: the export's `ModelCard` (task, labels, tokenizer settings, CRF).
     """
 
-    def __init__(self, path, kind, run_logits, card, tokenizer, labels):
-        super().__init__(path, kind, card["task"], labels)
+    def __init__(self, path, kind, run_logits, model_card):
+        super().__init__(path, kind, model_card.task, model_card.label_vocabulary())
         self.run_logits = run_logits
-        self.tokenizer = tokenizer
-        self.model = _ArtifactModel(run_logits, _card_crf(card))
+        self.tokenizer = model_card.tokenizer()
+        self.model = _ArtifactModel(run_logits, model_card.crf())
 
     def _predict(self, texts):
         if self.task == "ner":
@@ -303,56 +303,10 @@ class IdsPredictor(Predictor):
         return [_classification_result(self.labels, p) for p in _softmax(self.run_logits(x))]
 
 
-def _card_crf(card):
-    if not card.get("crf"):
-        return None
-    return types.SimpleNamespace(**{name: np.asarray(card["crf"][name], "float32")
-                                    for name in ("transitions", "start_transitions",
-                                                 "end_transitions")})
-
-
-def _read_card(artifact):
-    card_path = artifact.parent / "model_card.json"
-    _require(card_path, f"{artifact.name} is decoded with the labels, task and tokenizer "
-             "settings of the model_card.json that `keras-attn export` writes beside it")
-    try:
-        card = json.loads(card_path.read_text("utf-8"))
-    except json.JSONDecodeError as error:
-        raise PredictorError(f"{card_path}:{error.lineno}: not valid JSON ({error.msg}); "
-                             "re-run `keras-attn export` to rewrite it") from None
-    missing = [key for key in ("task", "labels", "sequence_length", "tokenizer") if key not in card]
-    if missing or card.get("task") not in TASKS:
-        raise PredictorError(
-            f"{card_path} is not a keras-attn model card (missing {missing}, task "
-            f"{card.get('task')!r}): re-run `keras-attn export`")
-    labels = LabelVocabulary(card["labels"])
-    labels_file = artifact.parent / "labels.txt"
-    if labels_file.is_file() and LabelVocabulary.load(labels_file) != labels:
-        raise PredictorError(
-            f"{labels_file} and {card_path} list different labels: they come from different "
-            "exports; copy both from the same export directory")
-    return card, labels
-
-
-def _card_tokenizer(artifact, card):
-    vocab = artifact.parent / "vocab.txt"
-    _require(vocab, f"{artifact.name} takes token ids: the texts are tokenized with the "
-             "vocab.txt `keras-attn export` writes beside it")
-    settings = card["tokenizer"]
-    tokenizer = WordPieceTokenizer(str(vocab), lowercase=bool(settings["lowercase"]),
-                                   strip_accents=bool(settings["strip_accents"]),
-                                   sequence_length=int(card["sequence_length"]))
-    if tokenizer.vocabulary_size() != settings["vocabulary_size"]:
-        raise PredictorError(
-            f"{vocab} has {tokenizer.vocabulary_size()} tokens but "
-            f"{artifact.parent / 'model_card.json'} says {settings['vocabulary_size']}: the "
-            "files come from different exports; copy them from the same export directory")
-    return tokenizer
-
-
-def _check_outputs(artifact, shape, card, labels):
+def _check_outputs(artifact, shape, model_card):
     """The artifact's logits must have the card task's `TaskSpec.logits_layout` (`(B, C)`
     for classification, `(B, L, C)` for NER) with one score per label of the card."""
+    card, labels = model_card.card, model_card.labels
     spec = task_spec(card["task"])
     layout = spec.logits_layout
     if len(shape) != spec.logits_rank or shape[-1] != len(labels):
@@ -362,15 +316,23 @@ def _check_outputs(artifact, shape, card, labels):
             "the files come from different exports; copy them from the same export directory")
 
 
-def _embedded_settings(path, read):
-    """The `TFLiteSettings` embedded in the model file, `read()`, when no `model_card.json`
-    lies beside it (side files win when present), else `None`."""
-    if (path.parent / "model_card.json").is_file():
-        return None
+def _model_card(path, read_embedded):
+    """The `ModelCard` of a model file: the export directory's side files beside it, else
+    the copies embedded in the file (`read_embedded()`, `None` when it has none)."""
+    export = ExportDirectory(path.parent)
     try:
-        return read()
-    except TFLiteMetadataError as error:
+        if export.is_export():
+            return export.model_card(f"{path.name} is decoded with the labels, task and "
+                                     "tokenizer settings of its export directory")
+        embedded = read_embedded()
+    except (ExportDirectoryError, TFLiteMetadataError) as error:
         raise PredictorError(str(error)) from None
+    if embedded is None:
+        raise PredictorError(
+            f"{path.parent / 'model_card.json'} is missing: {path.name} is decoded with the "
+            "labels, task and tokenizer settings of the model_card.json that `keras-attn "
+            "export` writes beside it (or embeds in the file)")
+    return embedded
 
 
 def _load_tflite(path, num_threads):
@@ -381,33 +343,21 @@ def _load_tflite(path, num_threads):
             from None
     runner = default_signature_runner(interpreter)
     inputs = runner.get_input_details()
-    embedded = _embedded_settings(path, lambda: settings_from_tflite(path))
-    card, labels = _read_card(path) if embedded is None else (embedded.card,
-                                                              embedded.label_vocabulary())
+    card = _model_card(path, lambda: settings_from_tflite(path))
     if set(inputs) == {"text"}:
-        return TextTFLitePredictor(path, runner, card, labels)
+        return TextTFLitePredictor(path, runner, card)
     if set(inputs) != set(ID_INPUTS):
         raise PredictorError(
             f"{path} has inputs {sorted(inputs)}; keras-attn TFLite models take `text` or "
             f"{list(ID_INPUTS)}")
-    tokenizer = _card_tokenizer(path, card) if embedded is None else embedded.tokenizer()
     length = int(inputs["token_ids"]["shape"][1])
-    if length != tokenizer.sequence_length:
+    if length != card.sequence_length:
         raise PredictorError(
             f"{path} takes {length} tokens but its model_card.json says sequence_length="
-            f"{tokenizer.sequence_length}: the files come from different exports")
+            f"{card.sequence_length}: the files come from different exports")
     (output,) = runner.get_output_details().values()
-    _check_outputs(path, list(output["shape"]), card, labels)
-
-    buckets = BucketedTFLite(interpreter)
-
-    def run_logits(x):
-        # A batch-1 model: one text at a time, on the shortest bucket that holds it.
-        rows = [buckets({k: v[b:b + 1] for k, v in x.items()})[0]
-                for b in range(len(x["token_ids"]))]
-        return np.stack(rows) if rows else np.zeros((0,) + tuple(output["shape"][1:]), "float32")
-
-    return IdsPredictor(path, "tflite", run_logits, card, tokenizer, labels)
+    _check_outputs(path, list(output["shape"]), card)
+    return _ids_predictor(path, "tflite", tflite_logits(interpreter), card)
 
 
 def _load_onnx(path, num_threads):
@@ -416,20 +366,20 @@ def _load_onnx(path, num_threads):
     except Exception as error:  # noqa: BLE001 - onnxruntime's InvalidProtobuf, Fail, ...
         raise PredictorError(f"{path}: onnxruntime cannot load it ({_first_line(error)}); "
                              "re-run `keras-attn export`") from None
-    embedded = _embedded_settings(path, lambda: onnx_settings(runner.session, path))
-    card, labels = _read_card(path) if embedded is None else (embedded.card,
-                                                              embedded.label_vocabulary())
-    tokenizer = _card_tokenizer(path, card) if embedded is None else embedded.tokenizer()
+    card = _model_card(path, lambda: onnx_settings(runner.session, path))
     if len(runner.output_names) != 1 or not set(runner.input_names) <= set(ID_INPUTS):
         raise PredictorError(
             f"{path} has inputs {runner.input_names} and outputs {runner.output_names}; "
             f"keras-attn ONNX models take (a subset of) {list(ID_INPUTS)} and return `logits`")
-    _check_outputs(path, runner.session.get_outputs()[0].shape, card, labels)
+    _check_outputs(path, runner.session.get_outputs()[0].shape, card)
+    return _ids_predictor(path, "onnx", onnx_logits(runner), card)
 
-    def run_logits(x):
-        return runner({k: v for k, v in x.items() if k in runner.input_names})
 
-    return IdsPredictor(path, "onnx", run_logits, card, tokenizer, labels)
+def _ids_predictor(path, kind, run_logits, card):
+    try:
+        return IdsPredictor(path, kind, run_logits, card)
+    except ExportDirectoryError as error:
+        raise PredictorError(str(error)) from None
 
 
 # --- model_text.tflite ----------------------------------------------------------------------
@@ -438,10 +388,11 @@ def _load_onnx(path, num_threads):
 class TextTFLitePredictor(Predictor):
     """`model_text.tflite`: text in, tokenizer inside (tf-text custom ops), one text per call."""
 
-    def __init__(self, path, runner, card, labels):
+    def __init__(self, path, runner, model_card):
+        card, labels = model_card.card, model_card.label_vocabulary()
         super().__init__(path, "text_tflite", card["task"], labels)
         self.runner = runner
-        self.crf = _card_crf(card)
+        self.crf = model_card.crf()
         outputs = runner.get_output_details()
         kind = "ner" if "word_ids" in outputs else "classification"
         if kind != card["task"]:
@@ -476,11 +427,6 @@ class TextTFLitePredictor(Predictor):
 def _first_line(error):
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
-
-
-def _require(path, why):
-    if not path.is_file():
-        raise PredictorError(f"{path} is missing: {why}.")
 
 
 def load_predictor(path, num_threads=None):

@@ -11,22 +11,24 @@ directory like any other (`docs/pipeline.md`); its `lineage.json` names the floa
 recipe. Running it again reuses a finished output made with the same recipe.
 """
 
+import shutil
+
 from keras_attn.quantization.qat_bert import QatBert
-from keras_attn.text.batching import model_inputs_at_length
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.runs.run_directory import lineage_of
+from keras_attn.text.labelled_examples import CALIBRATION_BATCH
+from keras_attn.text.labelled_examples import id_inputs
+from keras_attn.training.config import ConfigError
+from keras_attn.training.config import TrainingConfig
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
-from keras_attn.training.tasks import make_task
 from keras_attn.training.trainer import train
 
 __all__ = ["quantize_run"]
 
 
-def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None, task=None):
+def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None):
     """Makes (or reuses) the QAT run directory of a float run.
 
     Args:
@@ -34,12 +36,8 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
         output_dir: the QAT run directory to write.
         recipe: a `QuantizationRecipe`; defaults to the measured best.
         sequence_length: length the calibration examples are padded to (the export's fixed
-            length); defaults to the run's `data.max_length`.
+            length); defaults to the run's (`RunDirectory.sequence_length`).
         log: callable receiving progress lines.
-        task: the run's prepared training `Task` (`make_task(run.config(), run.path,
-            write_files=False)` after `prepare()`), when the caller has one: calibration
-            reads its training examples instead of reading and tokenizing the training
-            file again (`keras-attn export` passes its own).
 
     Returns:
         The `RunDirectory` of the QAT run.
@@ -55,10 +53,11 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
         _check_same_recipe(output, recipe)
         log(f"QAT model: reusing {output.path} ({recipe.describe()})")
         return output
+    length = source.sequence_length(sequence_length)
     if recipe.qat_epochs == 0:
-        _calibrate(source, output, config, recipe, sequence_length, log, task)
+        _calibrate(source, output, config, recipe, length, log)
     else:
-        _fine_tune(source, output, config, recipe, sequence_length, log)
+        _fine_tune(source, output, config, recipe, length, log)
     return output
 
 
@@ -104,28 +103,27 @@ def _qat_config(source, output, config, recipe, length):
                                 f"training: {error}") from None
 
 
-def _calibrate(source, output, config, recipe, sequence_length, log, task):
-    length = sequence_length or config.data.max_length
-    if task is None:
-        task = make_task(config, source.path, log, write_files=False)
-        task.prepare()
-    batches = [model_inputs_at_length(x, length)
-               for x in task.input_batches(recipe.calibration_examples)]
+def _calibrate(source, output, config, recipe, length, log):
+    """The calibrated twin: activation ranges from a seeded sample of the run's training
+    examples (`RunDirectory.examples(..., sample=)`), `CALIBRATION_BATCH` at a time."""
+    sample = source.examples("train", length, sample=recipe.calibration_examples)
+    batches = [id_inputs(sample[start:start + CALIBRATION_BATCH], length)
+               for start in range(0, len(sample), CALIBRATION_BATCH)]
     qat = QatBert.from_float(source.load_model(), **recipe.layout())
     qat.calibrate(batches)
-    count = min(recipe.calibration_examples, len(task.train_examples))
-    log(f"QAT model calibrated on {count} training examples, no fine-tuning -> {output.path}")
-    qat_config = _qat_config(source, output, config, recipe, length)
-    output.write_start(qat_config, task.tokenizer_settings(),
+    log(f"QAT model calibrated on {len(sample)} training examples, no fine-tuning -> "
+        f"{output.path}")
+    output.write_start(_qat_config(source, output, config, recipe, length),
+                       source.tokenizer_settings(),
                        lineage_of(str(source.path.resolve()), recipe.to_dict()))
-    task.save_assets(output.path)
+    for name in ("vocab.txt", "labels.txt"):
+        shutil.copyfile(source.file(name), output.path / name)
     output.write_finish(qat, {"task": config.task, "quantization": recipe.to_dict(),
-                              "calibration_examples": count, "sequence_length": length})
+                              "calibration_examples": len(sample), "sequence_length": length})
 
 
-def _fine_tune(source, output, config, recipe, sequence_length, log):
-    qat_config = _qat_config(source, output, config, recipe,
-                             sequence_length or config.data.max_length)
+def _fine_tune(source, output, config, recipe, length, log):
+    qat_config = _qat_config(source, output, config, recipe, length)
     log(f"quantization-aware fine-tuning: {recipe.describe()} -> {output.path}")
     # The trainer records its own recipe; the stage's (calibration count included) wins.
     train(qat_config, log=lambda message: log("  " + message),

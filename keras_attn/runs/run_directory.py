@@ -28,10 +28,17 @@ import pathlib
 
 import keras
 
+from keras_attn.errors import KerasAttnError
+from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.labelled_examples import calibration_sample
+from keras_attn.text.labelled_examples import encode_sentences
+from keras_attn.text.labelled_examples import encode_texts
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+from keras_attn.training.task_registry import task_spec
 
 # Which command writes each file (an error for a missing file says so).
 WRITTEN_BY = {
@@ -46,7 +53,7 @@ WRITTEN_BY = {
 }
 
 
-class RunDirectoryError(ValueError):
+class RunDirectoryError(KerasAttnError, ValueError):
     """A run directory lacks a file or holds inconsistent ones."""
 
 
@@ -166,6 +173,70 @@ class RunDirectory:
 
     def metrics(self):
         return _read_json(self.file("metrics.json"))
+
+    def sequence_length(self, requested=None, limit=None):
+        """The length rule of every stage that reads a run: `requested` (a
+        `--sequence-length`), else the run's `max_length`; never over `limit` (the model's
+        `max_sequence_length`), which is an error naming the longest length to use."""
+        length = requested or self.tokenizer_settings().max_length
+        if limit is not None and length > limit:
+            raise RunDirectoryError(
+                f"sequence_length={length} exceeds the model's max_sequence_length={limit}: "
+                f"use --sequence-length {limit} or less")
+        return length
+
+    # --- the run's labelled data (classification and ner runs) -------------------------
+
+    def data_file(self, split):
+        """The path of `split` (`"train"`, `"dev"` or `"test"`) in the run's config, or
+        `None` when the config names none."""
+        return getattr(self.config().data, split)
+
+    def _read_split(self, split):
+        config, path = self.config(), self.data_file(split)
+        if path is None:
+            raise RunDirectoryError(f"{self.path / 'config.json'} names no data.{split}: the "
+                                    f"run has no {split} examples")
+        data = config.data
+        if task_spec(self.task).token_labels:
+            raw = list(ConllReader(path))
+        else:
+            reader = ClassificationReader(path, text_column=data.text_column,
+                                          label_column=data.label_column,
+                                          text_pair_column=data.text_pair_column,
+                                          header=data.header)
+            raw = list(reader)
+        if split == "train" and data.max_train_examples:
+            raw = raw[: data.max_train_examples]
+        return path, raw
+
+    def texts(self, split, limit=None):
+        """Raw texts of `split` (CoNLL sentences joined with spaces), the first `limit`."""
+        if limit == 0:
+            return []
+        _, raw = self._read_split(split)
+        return [" ".join(e.tokens) if hasattr(e, "tokens") else e.text for e in raw[:limit]]
+
+    def examples(self, split, sequence_length=None, sample=None, log=None):
+        """The labelled examples of `split`, tokenized with the run's tokenizer and labels
+        at `sequence_length` (`keras_attn.text.labelled_examples`: `encode_texts` for a
+        classifier, `encode_sentences` for a tagger).
+
+        Args:
+            split: `"train"`, `"dev"` or `"test"`.
+            sequence_length: the length they are cut to (default: the run's).
+            sample: tokenize only `calibration_sample(examples, sample)` of them.
+            log: callable receiving the truncation note.
+        """
+        if self.task not in DEPLOYABLE_TASKS:
+            raise RunDirectoryError(f"{self.path}: a {self.task} run has no labelled "
+                                    f"examples; {' and '.join(DEPLOYABLE_TASKS)} runs have")
+        path, raw = self._read_split(split)
+        if sample is not None:
+            raw = calibration_sample(raw, sample)
+        encode = encode_sentences if task_spec(self.task).token_labels else encode_texts
+        return encode(raw, self.tokenizer(sequence_length), self.labels(), path,
+                      log or (lambda message: None))
 
     def lineage(self):
         """The run's `Lineage` (derived from `config.json` for older runs)."""

@@ -8,6 +8,10 @@ from keras_attn.layers.validation import check_int_sequence
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.text.ner import IGNORE_LABEL
 
+# Texts per model call when a caller of predict, predict_entities or the export's scoring
+# gives no batch size.
+PREDICT_BATCH_SIZE = 32
+
 
 def model_inputs_at_length(batch, length):
     """The model inputs of a collated `batch`, padded with zeros to `(B, length)`.

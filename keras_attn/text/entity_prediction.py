@@ -14,6 +14,7 @@ must give the same entities; this module is what it is tested against.
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.text.batching import PREDICT_BATCH_SIZE
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_spans
@@ -64,7 +65,8 @@ def ner_model_inputs(tokenizer, word_lists, use_crf=False):
     return inputs, word_ids, aligned["num_truncated_words"].numpy()
 
 
-def predict_entities(model, tokenizer, label_vocabulary, texts, batch_size=32):
+def predict_entities(model, tokenizer, label_vocabulary, texts,
+                     batch_size=PREDICT_BATCH_SIZE):
     """Entities in raw texts, with character offsets (code points of each text).
 
     Words are cut as BERT's basic tokenizer does (`keras_attn.text.word_splitter`, with the

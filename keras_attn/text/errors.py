@@ -1,7 +1,9 @@
 """The error every reader raises for bad input: it names the file and the line."""
 
+from keras_attn.errors import KerasAttnError
 
-class DataError(ValueError):
+
+class DataError(KerasAttnError, ValueError):
     """Bad input data, located at `path:line`.
 
     The message reads `"<path>:<line>: <what is wrong>. <how to fix it>"`, the format compilers

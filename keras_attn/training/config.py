@@ -26,6 +26,7 @@ import typing
 
 import yaml
 
+from keras_attn.errors import KerasAttnError
 from keras_attn.quantization.quantization_recipe import recipe_default
 from keras_attn.quantization.quantization_recipe import recipe_help
 from keras_attn.training.task_registry import BERT_CHECKPOINT_TASKS
@@ -44,7 +45,7 @@ TOKENIZERS = ("wordpiece", "characters", "bytes")
 _REQUIRED = dataclasses.MISSING
 
 
-class ConfigError(ValueError):
+class ConfigError(KerasAttnError, ValueError):
     """A configuration problem, with the file (or "override") it comes from."""
 
     def __init__(self, message, where=None):

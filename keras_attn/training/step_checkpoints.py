@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from keras_attn.errors import KerasAttnError
+
 PREFIX = "step-"
 # Keras makes top-level names unique per process (`adam_w_1/...`, `seed_generator_3/...`):
 # the suffix depends on what the process built before, so it is not compared.
@@ -33,7 +35,7 @@ def _comparable(path):
     return _PROCESS_SUFFIX.sub(r"\1/", path)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(KerasAttnError, RuntimeError):
     """A checkpoint that cannot be used, with the reason."""
 
 

@@ -7,8 +7,10 @@ import urllib.parse
 
 import tensorflow as tf
 
+from keras_attn.errors import KerasAttnError
 
-class StrategyError(RuntimeError):
+
+class StrategyError(KerasAttnError, RuntimeError):
     """The requested strategy cannot run here (no TPU reachable, a malformed TF_CONFIG...)."""
 
 

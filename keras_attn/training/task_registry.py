@@ -28,6 +28,8 @@ class TaskSpec:
             labels)`); a deployable task without it labels whole texts (`(batch, labels)`).
         deployable: a labelled BERT model (classifier or tagger): `keras-attn quantize`,
             `export`, `predict`, `explain` and `serve` take its runs.
+        metric: the metric a deployable task's runs and exports report (`None` otherwise:
+            the task class names its own).
     """
 
     name: str
@@ -38,6 +40,7 @@ class TaskSpec:
     character_tokenizer: bool = False
     token_labels: bool = False
     deployable: bool = False
+    metric: str = None
 
     @property
     def logits_layout(self):
@@ -57,9 +60,10 @@ class TaskSpec:
 
 TASK_SPECS = (
     TaskSpec("classification", "a BERT sentence classifier", bert_checkpoint=True,
-             fine_tunes_pretraining=True, deployable=True),
+             fine_tunes_pretraining=True, deployable=True, metric="accuracy"),
     TaskSpec("ner", "a BERT token tagger (optionally with a CRF)", bert_checkpoint=True,
-             fine_tunes_pretraining=True, token_labels=True, deployable=True),
+             fine_tunes_pretraining=True, token_labels=True, deployable=True,
+             metric="f1"),
     TaskSpec("mlm", "a BERT masked language model", bert_checkpoint=True, pretraining=True),
     TaskSpec("causal_lm", "a GPT language model", character_tokenizer=True),
     TaskSpec("seq2seq", "an encoder-decoder Transformer"),

@@ -13,13 +13,13 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import lineage_of
 from keras_attn.training.config import ConfigError
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.progress_reporter import ProgressReporter
 from keras_attn.training.progress_reporter import format_duration
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.runs.run_directory import RunDirectory
-from keras_attn.runs.run_directory import lineage_of
 from keras_attn.training.step_checkpoints import StepCheckpoints
 from keras_attn.training.strategy import is_chief
 from keras_attn.training.strategy import resolve_strategy

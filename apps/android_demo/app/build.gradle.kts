@@ -72,17 +72,33 @@ tasks.register("copyModelAssets") {
                 "comma-separate a classifier's and a tagger's)")
         for (path in dirs) {
             val dir = file(path)
-            val needed = listOf("model_${variant.get()}.tflite", "vocab.txt", "labels.txt", "model_card.json")
-            for (name in needed) {
-                if (!File(dir, name).isFile) {
-                    throw GradleException("$dir/$name is missing: -PartifactDir must be a `keras-attn export` " +
-                        "directory; for another model file pass -PmodelVariant= (fp32, fp16, dynamic_int8, " +
-                        "int8, int8_ptq; with length buckets fp32_buckets, dynamic_int8_buckets, int8_buckets; a CRF " +
-                        "tagger has no model_int8.tflite, use int8_ptq)")
-                }
+            // The export directory's contract (docs/pipeline.md): model_card.json lists the
+            // artifacts the export wrote; the app takes the variant's .tflite file from it.
+            val cardFile = File(dir, "model_card.json")
+            if (!cardFile.isFile) {
+                throw GradleException("$cardFile is missing: -PartifactDir must be a `keras-attn export` " +
+                    "directory (written by `keras-attn export RUN --output-dir $dir`)")
             }
             @Suppress("UNCHECKED_CAST")
-            val card = JsonSlurper().parse(File(dir, "model_card.json")) as Map<String, Any?>
+            val card = JsonSlurper().parse(cardFile) as Map<String, Any?>
+            @Suppress("UNCHECKED_CAST")
+            val listed = card["artifacts"] as? List<Map<String, Any?>>
+                ?: throw GradleException("$cardFile has no artifact list (an older export): re-run " +
+                    "`keras-attn export RUN --output-dir $dir`")
+            val tfliteFiles = listed.filter { it["kind"] == "tflite" }.map { it["file"] as String }
+            val wanted = "model_${variant.get()}.tflite"
+            if (wanted !in tfliteFiles) {
+                throw GradleException("$dir has no $wanted: its model_card.json lists " +
+                    "${tfliteFiles.joinToString()}; pass -PmodelVariant= with the part of one between " +
+                    "model_ and .tflite")
+            }
+            val sideFiles = listOf("vocab.txt", "labels.txt", "model_card.json")
+            for (name in listOf(wanted) + sideFiles) {
+                if (!File(dir, name).isFile) {
+                    throw GradleException("$dir/$name is missing: copy the export directory whole " +
+                        "(written by `keras-attn export RUN --output-dir $dir`)")
+                }
+            }
             val slot = when (card["task"]) {
                 "classification" -> "classify"
                 "ner" -> "entities"
@@ -98,7 +114,7 @@ tasks.register("copyModelAssets") {
             } catch (e: java.util.zip.ZipException) {
                 false  // no associated files appended
             }
-            if (!selfDescribing) for (name in needed.drop(1)) File(dir, name).copyTo(File(target, name))
+            if (!selfDescribing) for (name in sideFiles) File(dir, name).copyTo(File(target, name))
             val mediaPipe = listOf("model_${variant.get()}_mediapipe.tflite", "model_int8_mediapipe.tflite")
                 .map { File(dir, it) }.firstOrNull { it.isFile }
             if (slot == "classify" && mediaPipe != null) mediaPipe.copyTo(File(target, "model_mediapipe.tflite"))

@@ -20,8 +20,8 @@ import sys
 from keras_attn import demo
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
-from keras_attn.training.config import TrainingConfig
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.training.config import TrainingConfig
 from keras_attn.training.tasks.task import minilm_directory
 from keras_attn.training.trainer import Trainer
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
 
 from keras_attn.inference.predictor import load_predictor  # noqa: E402
+from keras_attn.runs import ExportDirectory  # noqa: E402
 from tests.tolerances import float32_path_atol  # noqa: E402
 
 DEFAULT_FILES = ("model_fp32.tflite", "model_dynamic_int8.tflite", "model_int8.tflite",
@@ -93,8 +94,8 @@ def fp32_atol(export_dir, records):
     """`float32_path_atol` of the export's float32 logits: 6 reductions a block plus the
     embedding norm, pooler and head, sums of up to the intermediate size (as
     `tests/test_predictor.py` bounds LiteRT against Keras)."""
-    card = json.loads((pathlib.Path(export_dir) / "model_card.json").read_text("utf-8"))
-    backbone = keras.models.load_model(pathlib.Path(card["source_run"]) / "model.keras").backbone
+    source_run = ExportDirectory(export_dir).source_run()
+    backbone = keras.models.load_model(pathlib.Path(source_run) / "model.keras").backbone
     values = [v for r in records for v in np.ravel(r["logits"])] or [1.0]
     return float32_path_atol(values, reduction=backbone.intermediate_dim,
                              depth=6 * backbone.num_layers + 3)

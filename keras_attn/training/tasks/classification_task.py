@@ -7,19 +7,20 @@ from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.models.xlnet_classifier import XLNetClassifier
 from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.labelled_examples import encode_texts
+from keras_attn.text.labelled_examples import score_texts
 from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.task_registry import task_spec
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length
-
-ENCODE_CHUNK = 2048
 
 
 class ClassificationTask(BertTask):
     """`[CLS] text [SEP] (pair [SEP])` -> label; metric: accuracy."""
 
     name = "classification"
-    metric = "accuracy"
+    metric = task_spec("classification").metric
 
     def _reader(self, path):
         data = self.config.data
@@ -50,27 +51,7 @@ class ClassificationTask(BertTask):
 
     def encode(self, examples, path):
         """Examples as dicts of `token_ids`, `segment_ids` (unpadded) and `label`."""
-        encoded = []
-        truncated = 0
-        pairs = examples and examples[0].text_pair is not None
-        for start in range(0, len(examples), ENCODE_CHUNK):
-            chunk = examples[start: start + ENCODE_CHUNK]
-            texts = [e.text for e in chunk]
-            out = self.tokenizer(texts, [e.text_pair for e in chunk] if pairs else None,
-                                 return_num_truncated=True)
-            lengths = out["padding_mask"].numpy().sum(axis=1)
-            token_ids, segment_ids = out["token_ids"].numpy(), out["segment_ids"].numpy()
-            truncated += int((out["num_truncated"].numpy() > 0).sum())
-            for row, example in enumerate(chunk):
-                n = lengths[row]
-                label = self.labels.id(example.label, path, example.line) \
-                    if example.label is not None else -1
-                encoded.append({"token_ids": token_ids[row, :n],
-                                "segment_ids": segment_ids[row, :n], "label": label})
-        if truncated:
-            self.log(f"{path}: {truncated} examples cut by max_length="
-                     f"{self.config.data.max_length} (their last word pieces are dropped)")
-        return encoded
+        return encode_texts(examples, self.tokenizer, self.labels, path, self.log)
 
     def build_model(self):
         trained = self.trained_model(BertClassifier, len(self.labels), "classification")
@@ -99,12 +80,4 @@ class ClassificationTask(BertTask):
 
     def score(self, examples, outputs):
         """Accuracy and mean cross-entropy of per-example `(C,)` logits."""
-        logits = np.stack(outputs)
-        labels = np.array([e["label"] for e in examples])
-        predicted = logits.argmax(axis=-1)
-        log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
-        return {
-            "accuracy": float((predicted == labels).mean()),
-            "loss": float(-log_probs[np.arange(len(labels)), labels].mean()),
-            "examples": len(labels),
-        }
+        return score_texts(examples, outputs)

@@ -1,7 +1,6 @@
 """Named-entity recognition with `BertTokenClassifier` (softmax or CRF): strict entity F1."""
 
 import numpy as np
-import tensorflow as tf
 
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.models.masked_sparse_categorical_crossentropy import (
@@ -10,18 +9,16 @@ from keras_attn.models.masked_sparse_categorical_crossentropy import (
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.models.xlnet_token_classifier import XLNetTokenClassifier
 from keras_attn.text.conll_reader import ConllReader
+from keras_attn.text.labelled_examples import encode_sentences
+from keras_attn.text.labelled_examples import score_sentences
 from keras_attn.text.ner import IGNORE_LABEL
-from keras_attn.text.ner import align_word_labels
-from keras_attn.text.ner import decode_word_labels
-from keras_attn.text.ner import entity_scores
 from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.config import ConfigError
+from keras_attn.training.task_registry import task_spec
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length
-
-ENCODE_CHUNK = 1024
 
 
 class NerTask(BertTask):
@@ -29,7 +26,7 @@ class NerTask(BertTask):
     entity F1 (CoNLL-2003 evaluation, equal to seqeval's strict mode)."""
 
     name = "ner"
-    metric = "f1"
+    metric = task_spec("ner").metric
 
     def prepare(self):
         data = self.config.data
@@ -54,35 +51,7 @@ class NerTask(BertTask):
 
     def encode(self, sentences, path):
         """Sentences as dicts of `token_ids`, `labels`, `word_ids` and the gold `tags`."""
-        encoded = []
-        truncated_words = 0
-        tokenizer = self.tokenizer
-        for start in range(0, len(sentences), ENCODE_CHUNK):
-            chunk = sentences[start: start + ENCODE_CHUNK]
-            # A sentence's words are on consecutive lines from `s.line`.
-            label_ids = [[self.labels.id(tag, path, s.line + offset)
-                          for offset, tag in enumerate(s.tags)] for s in chunk]
-            pieces = tokenizer.tokenize_words([list(s.tokens) for s in chunk])
-            out = align_word_labels(
-                pieces, tf.ragged.constant(label_ids, dtype=tf.int32),
-                cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
-                sequence_length=self.config.data.max_length,
-            )
-            truncated_words += int(out["num_truncated_words"].numpy().sum())
-            token_ids = out["token_ids"].to_list()
-            labels = out["labels"].to_list()
-            word_ids = out["word_ids"].to_list()
-            for row, sentence in enumerate(chunk):
-                encoded.append({
-                    "token_ids": np.asarray(token_ids[row], "int32"),
-                    "labels": np.asarray(labels[row], "int32"),
-                    "word_ids": np.asarray(word_ids[row], "int32"),
-                    "tags": list(sentence.tags),
-                })
-        if truncated_words:
-            self.log(f"{path}: {truncated_words} words cut by max_length="
-                     f"{self.config.data.max_length} (they count as 'O' predictions)")
-        return encoded
+        return encode_sentences(sentences, self.tokenizer, self.labels, path, self.log)
 
     def build_model(self):
         trained = self.trained_model(BertTokenClassifier, len(self.labels),
@@ -128,21 +97,4 @@ class NerTask(BertTask):
     def score(self, examples, outputs):
         """Strict entity F1 of per-example outputs: `(S, C)` logits (first-subword argmax)
         or, from a CRF model, dicts with the Viterbi `tags`."""
-        gold, predicted = [], []
-        filled = 0
-        for example, output in zip(examples, outputs):
-            scores = output["tags"] if isinstance(output, dict) else output
-            n = len(example["token_ids"])
-            tags, num_filled = decode_word_labels(
-                np.asarray(scores)[None, :n], example["word_ids"][None], [len(example["tags"])],
-                self.labels,
-            )
-            filled += num_filled
-            gold.append(example["tags"])
-            predicted.append(tags[0])
-        scores = entity_scores(gold, predicted)
-        return {
-            "f1": scores["f1"], "precision": scores["precision"], "recall": scores["recall"],
-            "sentences": len(examples), "words_without_prediction": filled,
-            "per_type_f1": {k: v["f1"] for k, v in scores["per_type"].items()},
-        }
+        return score_sentences(examples, outputs, self.labels)

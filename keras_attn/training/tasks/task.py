@@ -12,23 +12,24 @@ from keras_attn.checkpoints.hf_bert import load_hf_bert
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import TokenizerSettings
+from keras_attn.runs.run_directory import continued_run
+from keras_attn.runs.run_directory import output_count
 from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.labelled_examples import CALIBRATION_BATCH
+from keras_attn.text.labelled_examples import calibration_sample
 from keras_attn.text.vocabulary import load_vocabulary
 from keras_attn.text.vocabulary import save_vocabulary
 from keras_attn.text.vocabulary import train_wordpiece_vocabulary
 from keras_attn.training.batch_stream import BatchStream
 from keras_attn.training.config import ConfigError
-from keras_attn.runs.run_directory import RunDirectory
-from keras_attn.runs.run_directory import TokenizerSettings
-from keras_attn.runs.run_directory import continued_run
-from keras_attn.runs.run_directory import output_count
 from keras_attn.training.task_registry import FINE_TUNING_TASKS
 from keras_attn.training.task_registry import PRETRAINING_TASKS
 
 PAD_MULTIPLE = 8
 
 # The seed of `Task.calibration_sample`: every stage calibrating a run draws the same examples.
-CALIBRATION_SEED = 0
 
 
 def padded_length(lengths, max_length):
@@ -85,7 +86,7 @@ class Task(abc.ABC):
     def prepare(self):
         """Reads and encodes the data (`self.{train,dev,test}_examples`)."""
 
-    def input_batches(self, count, batch_size=8):
+    def input_batches(self, count, batch_size=CALIBRATION_BATCH):
         """The `collate`d inputs of `count` training examples, `batch_size` at a time: the
         batches that set a QAT model's activation ranges (the trainer before QAT, the
         quantize stage, the exporter's representative data).
@@ -96,19 +97,9 @@ class Task(abc.ABC):
                 for start in range(0, len(examples), batch_size)]
 
     def calibration_sample(self, count):
-        """`count` training examples drawn at random (seeded: the same ones every time), in
-        file order; all of them when there are fewer.
-
-        A file's first examples can be one document, one source or one length (CoNLL-2003
-        is in document order; SST-2's training phrases come sentence by sentence): a sample
-        of the whole file gives activation ranges that fit the whole of it. See
-        docs/export.md ("Which training examples calibrate") for what it measured."""
-        examples = self.train_examples
-        if count >= len(examples):
-            return list(examples)
-        picked = np.random.default_rng(CALIBRATION_SEED).choice(len(examples), count,
-                                                                 replace=False)
-        return [examples[i] for i in np.sort(picked)]
+        """`count` training examples drawn at random, seeded, in file order
+        (`keras_attn.text.labelled_examples.calibration_sample`)."""
+        return calibration_sample(self.train_examples, count)
 
     def lengths(self, examples):
         """Token count of each example (bucketing, tokens/s)."""

@@ -1,0 +1,152 @@
+"""How `keras-attn export` scores and times its artifacts: every artifact's outputs on the
+evaluation examples against the Keras float model's (task metric, agreement, max |Δlogit|),
+and batch-1 latency with the artifacts timed in turns."""
+
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_attn.layers.crf import viterbi_decode
+from keras_attn.text.batching import PREDICT_BATCH_SIZE
+from keras_attn.text.labelled_examples import id_inputs
+from keras_attn.text.labelled_examples import score_sentences
+from keras_attn.text.labelled_examples import score_texts
+from keras_attn.text.ner import first_piece_mask
+
+LATENCY_ROUNDS = 5  # turns the artifacts take at each latency thread count
+WARMUP_RUNS = 5
+ID_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+
+
+def percentiles(times_ms):
+    return {"p50_ms": round(float(np.percentile(times_ms, 50)), 3),
+            "p90_ms": round(float(np.percentile(times_ms, 90)), 3), "runs": len(times_ms)}
+
+
+def compare(outputs, reference):
+    """Top-1 (classification) or token (NER) agreement and max |Δlogit|."""
+    agree, total, delta = 0, 0, 0.0
+    for a, b in zip(outputs, reference):
+        agree += int(np.sum(np.argmax(a, -1) == np.argmax(b, -1)))
+        total += int(np.size(np.argmax(a, -1)))
+        delta = max(delta, float(np.max(np.abs(a - b))))
+    return {"agreement": agree / total, "max_abs_logit_diff": delta}
+
+
+def traced_predict(model):
+    """`x -> numpy logits` of a Keras task model, traced once for every batch and length (a
+    shape-generic signature), so scoring many artifacts does not retrace per call. A CRF
+    tagger gives its emissions (`logits`; the tags are decoded outside the network), and its
+    `label_mask` input, which only the tags read, is filled with the padding mask."""
+    crf = isinstance(model.output, dict)
+    signature = {name: tf.TensorSpec([None, None], tf.int32) for name in ID_INPUTS}
+
+    @tf.function(input_signature=[signature])
+    def call(x):
+        if crf:
+            x = dict(x, label_mask=x["padding_mask"])
+        outputs = model(x, training=False)
+        return outputs["logits"] if crf else outputs
+
+    def predict(x):
+        x = {name: tf.constant(np.asarray(x[name], "int32")) for name in signature}
+        return keras.ops.convert_to_numpy(call(x))
+
+    return predict
+
+
+class ArtifactScorer:
+    """Scores artifacts on one evaluation set, padded to the export's length.
+
+    Args:
+        examples: the evaluation examples (`RunDirectory.examples`).
+        length: the export's fixed sequence length.
+        model: the float Keras model (its CRF weights decode a CRF tagger's emissions).
+        labels: the run's `LabelVocabulary`.
+        tagger: whether the outputs are per word piece.
+    """
+
+    def __init__(self, examples, length, model, labels, tagger):
+        self.examples, self.length = examples, length
+        self.model, self.labels, self.tagger = model, labels, tagger
+        self.use_crf = bool(getattr(model, "use_crf", False))
+        self._predictors = {}  # id(model) -> (model, its traced predict), made once each
+
+    def keras_predict(self, model):
+        """`traced_predict(model)`, made once per model and kept: a new `tf.function` per
+        use (whose Python function may reuse a collected one's address) made TensorFlow's
+        retracing detector count traces of different functions as retraces."""
+        if id(model) not in self._predictors:
+            self._predictors[id(model)] = (model, traced_predict(model))
+        return self._predictors[id(model)][1]
+
+    def collect(self, predict_fixed, batch_size=PREDICT_BATCH_SIZE):
+        """Per-example raw outputs of `predict_fixed(x)` (fixed-length batches): `(C,)`
+        logits, or `(n, C)` token logits over the example's `n` real tokens."""
+        outputs = [None] * len(self.examples)
+        # Sorted by length in batches, as training evaluates: the Keras model's batches
+        # hold the same examples as in the run's own evaluation.
+        order = np.argsort([len(e["token_ids"]) for e in self.examples], kind="stable")
+        for start in range(0, len(order), batch_size):
+            indices = order[start: start + batch_size]
+            x = id_inputs([self.examples[i] for i in indices], self.length)
+            logits = np.asarray(predict_fixed(x), "float32")
+            for row, index in enumerate(indices):
+                n = len(self.examples[index]["token_ids"])
+                outputs[index] = logits[row, :n] if self.tagger else logits[row]
+        return outputs
+
+    def score(self, outputs):
+        """The task's metrics of per-example outputs (a CRF tagger's emissions decoded with
+        the float model's transitions)."""
+        if self.use_crf:
+            outputs = [{"tags": self.crf_tags(emissions[None], example["word_ids"][None])[0]}
+                       for example, emissions in zip(self.examples, outputs)]
+        if self.tagger:
+            return score_sentences(self.examples, outputs, self.labels)
+        return score_texts(self.examples, outputs)
+
+    def crf_tags(self, logits, word_ids):
+        """Viterbi tags of `(B, S, C)` emissions over each word's first piece."""
+        crf = self.model.get_layer("crf")
+        tags = viterbi_decode(np.asarray(logits, "float32"), crf.transitions,
+                              crf.start_transitions, crf.end_transitions,
+                              mask=first_piece_mask(word_ids))
+        return keras.ops.convert_to_numpy(tags)
+
+    def inputs(self, example):
+        """One example's batch-1 inputs at the export's length."""
+        return id_inputs([example], self.length)
+
+    def latency_input(self):
+        """The longest evaluation example: the one input every timed call runs."""
+        return self.inputs(max(self.examples, key=lambda e: len(e["token_ids"])))
+
+
+def interleaved_latency(calls, thread_counts, runs):
+    """`{name: [percentiles per thread count]}` of `calls` (`{name: threads -> call}`).
+
+    Per thread count the artifacts take turns: `runs` timed runs each (after
+    `WARMUP_RUNS`), in up to `LATENCY_ROUNDS` rounds, so a busy moment of a shared machine
+    lands on every artifact alike and the ratios between them hold (as in
+    `benchmarks/tflite_interleaved_latency.py`).
+    """
+    results = {name: [] for name in calls}
+    rounds = np.array_split(np.arange(runs), min(LATENCY_ROUNDS, runs))
+    for threads in thread_counts:
+        ready = {name: make(threads) for name, make in calls.items()}
+        for call in ready.values():
+            for _ in range(WARMUP_RUNS):
+                call()
+        times = {name: [] for name in ready}
+        for chunk in rounds:
+            for name, call in ready.items():
+                for _ in chunk:
+                    start = time.perf_counter()
+                    call()
+                    times[name].append((time.perf_counter() - start) * 1000)
+        for name in ready:
+            results[name].append({**percentiles(times[name]), "num_threads": threads})
+    return results

@@ -1,0 +1,82 @@
+"""`export_report.md`: the export report as a Markdown page (the artifact table, latencies,
+op histograms, the self-describing files and the length buckets)."""
+
+import dataclasses
+
+from keras_attn.export.length_buckets import buckets_markdown
+from keras_attn.export.mediapipe_export import self_describing_markdown
+from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+
+
+def _qat_description(report):
+    """The line of the report saying how the QAT model was made (from the recipe, or the
+    options of reports written before the recipe was recorded)."""
+    recorded = report.get("quantization")
+    legacy = report.get("options") or {}
+    if recorded is None and "qat_epochs" in legacy:
+        names = {f.name for f in dataclasses.fields(QuantizationRecipe)}
+        recorded = {k: v for k, v in legacy.items() if k in names}
+    if recorded is None:
+        return []
+    recipe = QuantizationRecipe.from_dict(recorded)
+    return [f"QAT model (`model_int8.tflite`): {recipe.describe()}.", ""]
+
+
+def report_markdown(report):
+    """The report as a Markdown page: the artifact table, latencies and op histograms."""
+    metric = report["metric"]
+    float_row = report["artifacts"][0]
+    float_size = next((r["size_bytes"] for r in report["artifacts"]
+                       if r["artifact"] == "model_fp32.tflite"), None)
+    threads = sorted({lat["num_threads"] for r in report["artifacts"]
+                      for lat in r.get("latency", [])})
+    float_latency = {lat["num_threads"]: lat["p50_ms"] for r in report["artifacts"]
+                     if r["artifact"] == "model_fp32.tflite" for lat in r.get("latency", [])}
+    lines = [
+        f"# Export report: {report['task']}",
+        "",
+        f"Source run `{report['source_run']}`; {metric} on {report['eval_examples']:,} "
+        f"{report['eval_split']} examples; sequence length {report['sequence_length']}; "
+        f"{report['machine']['cpu']}, {report['machine']['cpu_count']} cores; TensorFlow "
+        f"{report['machine']['tensorflow']}, Keras {report['machine']['keras']}.",
+        "",
+        *_qat_description(report),
+        "Agreement: top-1 (classification) or per-token argmax (NER) equal to the Keras "
+        "float model's; max |Δlogit| over real tokens. Latency: one batch-1 inference "
+        "(LiteRT with XNNPACK; onnxruntime), p50 / p90 ms, the artifacts timed in turns.",
+        "",
+        f"| artifact | {metric} | Δ vs float | agreement | max \\|Δlogit\\| | size | "
+        "% of fp32 | " + " | ".join(f"{t} thread{'s' if t > 1 else ''} p50 / p90 (× fp32)"
+                                   for t in threads) + " |",
+        "| --- " * (7 + len(threads)) + "|",
+    ]
+    for row in report["artifacts"]:
+        cells = [f"`{row['artifact']}`", f"{row['metric']:.4f}",
+                 f"{row['metric'] - float_row['metric']:+.4f}", f"{row['agreement']:.4f}",
+                 f"{row['max_abs_logit_diff']:.2e}", f"{row['size_bytes'] / 1e6:.1f} MB",
+                 f"{100 * row['size_bytes'] / float_size:.0f} %" if float_size else "—"]
+        by_threads = {lat["num_threads"]: lat for lat in row.get("latency", [])}
+        for t in threads:
+            lat = by_threads.get(t)
+            ratio = f" ({lat['p50_ms'] / float_latency[t]:.2f}×)" \
+                if lat and t in float_latency else ""
+            cells.append(f"{lat['p50_ms']:.2f} / {lat['p90_ms']:.2f}{ratio}" if lat else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    int8 = next((r for r in report["artifacts"] if r["artifact"] == "model_int8.tflite"), None)
+    if int8 is not None:
+        lines += ["", "## Ops of `model_int8.tflite` that are not int8", ""]
+        if int8["non_int8_ops"]:
+            lines += [f"- `{op}` × {count}" for op, count in int8["non_int8_ops"].items()]
+        else:
+            lines.append("None: every op runs in integer arithmetic.")
+    lines += ["", "## Op histograms", ""]
+    for row in report["artifacts"]:
+        if "ops" in row:
+            ops = ", ".join(f"{op} {count}" for op, count in row["ops"].items())
+            lines.append(f"- `{row['artifact']}`: {ops}")
+    lines += self_describing_markdown(report.get("self_describing_tflite"))
+    lines += buckets_markdown(report.get("length_buckets"))
+    if report.get("model_text_tflite_error"):
+        lines += ["", f"`model_text.tflite` was not written: {report['model_text_tflite_error']}"]
+    lines.append("")
+    return "\n".join(lines)

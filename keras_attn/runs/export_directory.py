@@ -1,0 +1,203 @@
+"""The export directory: the one contract between `keras-attn export` and everything that
+reads an export (`predict`, `serve`, `explain`, the golden-vector and metadata tools, the
+Android app's asset task, the web demo); docs/pipeline.md.
+
+    EXPORT/
+      model_card.json      task, labels, sequence length, tokenizer settings, CRF
+                           transitions, the int8 recipe, and `artifacts`: one entry per
+                           artifact file (file, kind, precision, lengths)
+      vocab.txt            WordPiece vocabulary the artifacts' token ids index
+      labels.txt           the labels in output order (the card lists them too)
+      model_*.tflite, *.onnx, saved_model/    the artifacts (`keras_attn.export.artifacts`)
+      golden_vectors.jsonl texts -> ids and float logits, for the apps' parity tests
+      export_report.json / export_report.md   every artifact scored and timed; the report
+                           is written last, so it marks a finished export
+      qat/                 the calibrated (or quantization-aware) run of `model_int8*`
+
+A model file can also carry the card, vocabulary and labels inside it (TFLite metadata, ONNX
+`metadata_props`): `ModelCard` reads both the same way.
+"""
+
+import dataclasses
+import json
+import pathlib
+import types
+
+import numpy as np
+
+from keras_attn.errors import KerasAttnError
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+
+CARD_FILE, VOCAB_FILE, LABELS_FILE = "model_card.json", "vocab.txt", "labels.txt"
+REPORT_FILE, REPORT_PAGE, GOLDEN_FILE = ("export_report.json", "export_report.md",
+                                         "golden_vectors.jsonl")
+CARD_KEYS = ("task", "labels", "sequence_length", "tokenizer")
+CRF_WEIGHTS = ("transitions", "start_transitions", "end_transitions")
+WRITTEN_BY = "keras-attn export RUN --output-dir {path}"
+
+
+class ExportDirectoryError(KerasAttnError, ValueError):
+    """An export directory (or a model file's embedded card) lacks a file or holds
+    inconsistent ones."""
+
+
+@dataclasses.dataclass
+class ModelCard:
+    """What an app needs besides the weights: the card dict, the vocabulary and the labels,
+    read from an export directory or from a model file's embedded copies.
+
+    Attributes:
+        card: the `model_card.json` dict.
+        vocabulary: list of str, the `vocab.txt` lines.
+        labels: list of str, the `labels.txt` lines.
+        source: where they were read (named in errors).
+    """
+
+    card: dict
+    vocabulary: list
+    labels: list
+    source: str = "model_card.json"
+
+    def __post_init__(self):
+        missing = [key for key in CARD_KEYS if key not in self.card]
+        if missing or self.card.get("task") not in DEPLOYABLE_TASKS:
+            raise ExportDirectoryError(
+                f"{self.source} is not a keras-attn model card (missing {missing}, task "
+                f"{self.card.get('task')!r}): re-run `keras-attn export`")
+        if list(self.labels) != list(self.card["labels"]):
+            raise ExportDirectoryError(
+                f"{self.source}: {LABELS_FILE} and {CARD_FILE} list different labels: they "
+                "come from different exports; copy both from the same export directory")
+
+    @property
+    def task(self):
+        return self.card["task"]
+
+    @property
+    def sequence_length(self):
+        return int(self.card["sequence_length"])
+
+    def tokenizer(self):
+        """The `WordPieceTokenizer` of the card's settings over the vocabulary."""
+        settings = self.card["tokenizer"]
+        if len(self.vocabulary) != settings["vocabulary_size"]:
+            raise ExportDirectoryError(
+                f"{self.source}: {VOCAB_FILE} has {len(self.vocabulary)} tokens but "
+                f"{CARD_FILE} says vocabulary_size={settings['vocabulary_size']}: the files "
+                "come from different exports; copy them from the same export directory")
+        return WordPieceTokenizer(list(self.vocabulary), lowercase=bool(settings["lowercase"]),
+                                  strip_accents=bool(settings["strip_accents"]),
+                                  sequence_length=self.sequence_length)
+
+    def label_vocabulary(self):
+        """The labels as a `LabelVocabulary`."""
+        return LabelVocabulary(self.labels)
+
+    def crf(self):
+        """The CRF weights (`transitions`, `start_transitions`, `end_transitions` float32
+        arrays) of a CRF tagger, else `None`."""
+        if not self.card.get("crf"):
+            return None
+        return types.SimpleNamespace(**{name: np.asarray(self.card["crf"][name], "float32")
+                                        for name in CRF_WEIGHTS})
+
+
+class ExportDirectory:
+    """Reads and writes one `keras-attn export` output directory.
+
+    Args:
+        path: the directory.
+
+    Example:
+    >>> export = ExportDirectory("artifacts/does_not_exist")
+    >>> export.is_export()
+    False
+    """
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+
+    def __repr__(self):
+        return f"ExportDirectory({str(self.path)!r})"
+
+    def is_export(self):
+        """Whether the directory holds a model card."""
+        return (self.path / CARD_FILE).is_file()
+
+    def is_finished(self):
+        """Whether the export ran to its end (its report is written last)."""
+        return (self.path / REPORT_FILE).is_file()
+
+    def file(self, name, needed_for=None):
+        """Path of `name`, or an `ExportDirectoryError` naming it and the command that
+        writes it."""
+        path = self.path / name
+        if not path.exists():
+            purpose = f" ({needed_for})" if needed_for else ""
+            raise ExportDirectoryError(
+                f"{path} is missing{purpose}: an export directory gets it from "
+                f"`{WRITTEN_BY.format(path=self.path)}`; copy the export directory whole")
+        return path
+
+    # --- reading ------------------------------------------------------------------------
+
+    def card(self, needed_for=None):
+        """The `model_card.json` dict."""
+        return _read_json(self.file(CARD_FILE, needed_for))
+
+    def model_card(self, needed_for=None):
+        """The `ModelCard`: card, vocabulary and labels, checked against each other."""
+        card = self.card(needed_for)
+        vocabulary = _lines(self.file(VOCAB_FILE, needed_for))
+        labels_file = self.path / LABELS_FILE
+        labels = _lines(labels_file) if labels_file.is_file() else list(card.get("labels", []))
+        return ModelCard(card, vocabulary, labels, source=str(self.path / CARD_FILE))
+
+    def artifacts(self):
+        """The card's artifact entries (`{"file", "kind", "precision", "lengths"}`), in the
+        order the export wrote them."""
+        card = self.card()
+        if "artifacts" not in card:
+            raise ExportDirectoryError(
+                f"{self.path / CARD_FILE} predates the artifact list: re-run "
+                f"`{WRITTEN_BY.format(path=self.path)}`")
+        return card["artifacts"]
+
+    def source_run(self):
+        """The path of the training run the export was made from (the card's
+        `source_run`), or `None`."""
+        return self.card().get("source_run")
+
+    def report(self):
+        """`export_report.json` as a dict."""
+        return _read_json(self.file(REPORT_FILE, "the export's scores and timings"))
+
+    # --- writing (the export stage) -----------------------------------------------------
+
+    def write_card(self, card):
+        """Writes `model_card.json` (indented UTF-8 JSON)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        _write_text(self.path / CARD_FILE, json.dumps(card, indent=1, ensure_ascii=False) + "\n")
+
+    def write_report(self, report, markdown):
+        """`export_report.md`, then `export_report.json`, which marks the export finished."""
+        _write_text(self.path / REPORT_PAGE, markdown)
+        _write_text(self.path / REPORT_FILE, json.dumps(report, indent=1) + "\n")
+
+
+def _read_json(path):
+    try:
+        return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ExportDirectoryError(f"{path}: not a JSON file written by keras-attn ({error}); "
+                                   "re-run `keras-attn export` to rewrite it") from None
+
+
+def _lines(path):
+    return pathlib.Path(path).read_text(encoding="utf-8").rstrip("\n").split("\n")
+
+
+def _write_text(path, text):
+    pathlib.Path(path).write_text(text, encoding="utf-8")
