@@ -287,8 +287,9 @@ def test_export_results_script_checks_the_targets(classification, tmp_path, monk
     module = load_script("export/run_export_results.py")
     report = classification[2]
     checks = {label: (met, measured) for label, met, measured in
-              module.target_checks(report, 0.005)}
+              module.target_checks(report, 0.005, "int8 (calibrated)")}
     assert len(checks) == 8
+    assert "int8 (calibrated) >= int8 (PTQ)" in checks
     assert checks["model_fp32.tflite: max |Δlogit| <= 1e-4, agreement >= 99.9 %"][0]
     table = rows(report)
     ratio = table["model_int8.tflite"]["size_bytes"] / table["model_fp32.tflite"]["size_bytes"]
@@ -299,20 +300,32 @@ def test_export_results_script_checks_the_targets(classification, tmp_path, monk
     assert checks["int8 latency <= dynamic int8 (1 thread)"] == (
         int8 <= dynamic, f"{int8 / dynamic:.2f}x")
 
-    # The QAT flags reach `keras-attn export` and the page says which were used.
+    # The QAT flags reach `keras-attn export`, the page says which were used, and only the
+    # exported run's section changes: the notes and the other run's section stay.
     calls = []
     monkeypatch.setattr(module, "export", lambda *args: calls.append(args) or report)
     page = tmp_path / "export_results.md"
+    kept = ("# Export results\n\nHand-written status.\n\n<!-- results:export:sst2_minilm:begin -->"
+            "\nOLD SECTION\n<!-- results:export:sst2_minilm:end -->\n\nA note.\n\n"
+            "<!-- results:export:conll2003_minilm:begin -->\nCoNLL table\n"
+            "<!-- results:export:conll2003_minilm:end -->\n")
+    page.write_text(kept)
     module.main(["--only", "sst2_minilm", "--all-int8", "--qat-epochs", "1",
-                 "--runs-dir", "r", "--artifacts-dir", "a", "--results", str(page)])
-    assert calls == [("sst2_minilm", "r", "a", ["--all-int8", "--qat-epochs", "1"])]
+                 "--runs-dir", "r", "--artifacts-dir", "a", "--results", str(page),
+                 "--export-flags", "--latency-runs 2"])
+    assert calls == [("sst2_minilm", "r", "a",
+                      ["--all-int8", "--qat-epochs", "1", "--latency-runs", "2"])]
     text = page.read_text()
-    assert "with `--all-int8 --qat-epochs 1` (1 epoch(s) of quantization-aware" in text
+    assert "with `--all-int8 --qat-epochs 1 --latency-runs 2`; int8 recipe: 1 epoch(s) of " \
+           "quantization-aware" in text
+    assert "| int8 (QAT) >= int8 (PTQ) |" in text and "OLD SECTION" not in text
+    before, after = kept.split("OLD SECTION")
+    assert text.startswith(before.rsplit("\n", 1)[0]) and text.endswith(after.split("\n", 1)[1])
     module.main(["--only", "sst2_minilm", "--runs-dir", "r", "--artifacts-dir", "a",
                  "--results", str(page)])
     assert calls[-1] == ("sst2_minilm", "r", "a", [])
-    assert "with the default recipe (ranges calibrated on up to 512 training examples" in \
-           page.read_text()
+    assert "; int8 recipe: ranges calibrated on up to 512 training examples" in page.read_text()
+    assert "| int8 (calibrated) >= int8 (PTQ) |" in page.read_text()
     assert "| int8 size <= 27 % of fp32 |" in text
 
 

@@ -7,8 +7,11 @@ and with the auxiliary losses of Al-Rfou et al. (2018), and Transformer-XL of th
 
 Run from the repository root (the configs name ../../shared/data relative to training/,
 or relative to the working directory). Trains one run at a time. Writes
-`<runs>/char_results.json` and prints the table rows, the evaluation speeds and a
-500-character sample of the model with the lowest test bits per character.
+`<runs>/char_results.json`, prints the table rows, the evaluation speeds and a
+500-character sample of the model with the lowest test bits per character, and writes the
+table into the `results:char` section and the sample into the `results:char-sample`
+section of `--results` (docs/results.md), leaving the rest of the page as it is
+(`keras_attn.page_sections`).
 """
 
 import argparse
@@ -23,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.models.transformer_xl_lm import TransformerXLLM
+from keras_attn.page_sections import replace_section
 from keras_attn.text.character_tokenizer import CharacterTokenizer
 from keras_attn.training.character_evaluation import bits_per_character
 from keras_attn.training.character_evaluation import segment_memory_nll
@@ -33,6 +37,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROWS = (("none", "deep char Transformer, no auxiliary losses"),
         ("aux", "the same with the three auxiliary losses"),
         ("txl", "Transformer-XL of the same size, memory = segment length"))
+SHORT_NAMES = {"none": "the deep char Transformer without auxiliary losses",
+               "aux": "the deep char Transformer with the auxiliary losses",
+               "txl": "Transformer-XL"}
 SPEED_CHARACTERS = 1000  # Hamlet prefix both evaluations score, for their speed
 SAMPLE_CHARACTERS = 500
 
@@ -86,6 +93,7 @@ def score(name, run, test_ids):
     model = keras.models.load_model(run / "model.keras")
     context = metrics["config"]["data"]["max_length"]
     row = {"run": name, "parameters": model.count_params(), "updates": metrics["updates"],
+           "context": context,
            "train_seconds": metrics["train_seconds_this_process"],
            "wall_seconds": metrics["wall_seconds_this_process"],
            "test_bpc_training_eval": metrics["test"]["bits_per_character"],
@@ -93,7 +101,8 @@ def score(name, run, test_ids):
     if isinstance(model, TransformerXLLM):
         memory = metrics["config"]["data"]["eval_memory_length"] or context
         nll, count, seconds = segment_memory_nll(model, test_ids, context, memory)
-        row.update(evaluation="segments + memory", test_bpc=bits_per_character(nll, count),
+        row.update(evaluation="segments + memory", memory=memory,
+                   test_bpc=bits_per_character(nll, count),
                    test_eval_seconds=seconds)
         nll, count, seconds = segment_memory_nll(model, test_ids, context, memory,
                                                  limit=SPEED_CHARACTERS)
@@ -109,11 +118,12 @@ def score(name, run, test_ids):
     return row, step
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="runs/char", help="directory of the three runs")
     parser.add_argument("--skip-training", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--results", default=str(HERE.parent / "docs" / "results.md"))
+    args = parser.parse_args(argv)
     runs = pathlib.Path(args.runs)
     if not args.skip_training:
         for name, _ in ROWS:
@@ -136,6 +146,42 @@ def main():
     (runs / "char_results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print(f"Transformer-XL evaluation {window / memory:.1f}x faster per character than the "
           f"sliding window\n--- sample ({best['run']}) ---\nHAMLET.\n{text}")
+    replace_section(args.results, "results:char", results_table(rows))
+    replace_section(args.results, "results:char-sample", sample_section(results, best))
+    print(f"wrote the character-LM sections of {args.results}")
+
+
+def results_table(rows):
+    """The `results:char` table, one row per run (test bits/char in bold)."""
+    lines = ["| model | config | parameters (saved model) | updates | test bits/char (Hamlet) | "
+             "evaluation | best dev bits/char (Macbeth) | Hamlet prefix: bits/char, ms per "
+             "character | training time |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r["evaluation"] == "segments + memory":
+            evaluation = (f"one read, segments of {r['context']} + memory {r['memory']} "
+                          f"({r['test_eval_seconds']:.0f} s)")
+            prefix = "segments + memory"
+        else:
+            evaluation = f"blocks of {r['context']} (mean context {r['context'] // 2})"
+            prefix = f"sliding window of {r['context']}"
+        lines.append(
+            f"| {r['model']} | `training/shakespeare_char_{r['run']}.yaml` | "
+            f"{r['parameters']:,} | {r['updates']:,} | **{r['test_bpc']:.3f}** | {evaluation} | "
+            f"{r['best_dev_bpc']:.3f} | {r['prefix_bpc']:.3f}, "
+            f"{1000 * r['seconds_per_character']:.2f} ms ({prefix}) | "
+            f"{r['train_seconds'] / 60:.1f} min ({r['wall_seconds'] / 60:.1f} min wall) |")
+    return "\n".join(lines)
+
+
+def sample_section(results, best):
+    """The `results:char-sample` section: the sample of the run with the lowest test
+    bits/char, as a code block."""
+    how = ("read with its memory" if best["evaluation"] == "segments + memory"
+           else f"a sliding window of {best['context']}")
+    return (f"Sample: {SAMPLE_CHARACTERS} characters from {SHORT_NAMES[best['run']]} (the "
+            f"lowest test bits/char), {how}, one new character per call (temperature 0.8, "
+            f"prompt `HAMLET.\\n`, seed 0):\n\n```\n{results['sample']}\n```")
 
 
 if __name__ == "__main__":

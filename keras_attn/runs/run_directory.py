@@ -1,7 +1,9 @@
 """The run directory: the one contract between keras-attn's stages.
 
 `keras-attn train` and `keras-attn quantize` write a run directory; `quantize`, `export`,
-`predict`, `explain` and `serve` read one, only through `RunDirectory` (docs/pipeline.md):
+`predict` and `explain` read one, only through `RunDirectory` (docs/pipeline.md). `serve`
+reads no run: it serves the SavedModel of an export (`keras-attn export`'s `saved_model/`).
+A run directory holds:
 
     RUN/
       config.json      the training configuration as run
