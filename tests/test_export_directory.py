@@ -68,6 +68,16 @@ def test_inconsistent_files_are_refused(tmp_path, values, vocab, labels, match):
         export.model_card()
 
 
+def test_a_missing_vocabulary_is_an_error_only_for_the_tokenizer(tmp_path):
+    export = write_export(tmp_path)
+    (tmp_path / "vocab.txt").unlink()
+    model_card = export.model_card("decoding model_text.tflite")  # text in: no vocabulary
+    assert model_card.vocabulary is None and model_card.task == "classification"
+    with pytest.raises(ExportDirectoryError, match=r"vocab.txt is missing \(decoding "
+                                                   r"model_text.tflite\): an export directory"):
+        model_card.tokenizer()
+
+
 def test_a_vocabulary_of_another_export_is_refused(tmp_path):
     export = write_export(tmp_path, vocab=VOCAB[:-1])
     with pytest.raises(ExportDirectoryError, match=r"has 7 tokens but model_card.json says 8 "

@@ -38,7 +38,8 @@ def embed_onnx_metadata(path, card, vocabulary, labels):
     ...     vocabulary_size=4, num_layers=1, num_heads=2, hidden_dim=8,
     ...     intermediate_dim=16, max_sequence_length=16), num_classes=2)
     >>> path = export_onnx(classifier, os.path.join(tempfile.mkdtemp(), "model.onnx"))["path"]
-    >>> card = {"task": "classification", "labels": ["neg", "pos"]}
+    >>> card = {"task": "classification", "labels": ["neg", "pos"], "sequence_length": 16,
+    ...         "tokenizer": {"vocabulary_size": 4, "lowercase": True, "strip_accents": True}}
     >>> _ = embed_onnx_metadata(path, card, ["[PAD]", "[UNK]", "[CLS]", "[SEP]"], ["neg", "pos"])
     >>> onnx_settings(OnnxRunner(path).session, path).labels
     ['neg', 'pos']

@@ -387,7 +387,8 @@ def settings_from_tflite(path):
     Example:
     >>> import tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "model.tflite"
-    >>> card = {"task": "classification", "labels": ["neg", "pos"]}
+    >>> card = {"task": "classification", "labels": ["neg", "pos"], "sequence_length": 16,
+    ...         "tokenizer": {"vocabulary_size": 4, "lowercase": True, "strip_accents": True}}
     >>> _ = path.write_bytes(append_associated_files(
     ...     b"\\x08\\0\\0\\0TFL3", side_files(card, ["[PAD]", "[UNK]"], ["neg", "pos"])))
     >>> settings_from_tflite(path).labels

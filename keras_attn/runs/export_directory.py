@@ -53,12 +53,15 @@ class ModelCard:
         vocabulary: list of str, the `vocab.txt` lines.
         labels: list of str, the `labels.txt` lines.
         source: where they were read (named in errors).
+        vocabulary_error: why `vocabulary` is `None` (a text-in model needs none; `tokenizer()`
+            raises it).
     """
 
     card: dict
     vocabulary: list
     labels: list
     source: str = "model_card.json"
+    vocabulary_error: str = None
 
     def __post_init__(self):
         missing = [key for key in CARD_KEYS if key not in self.card]
@@ -82,6 +85,8 @@ class ModelCard:
     def tokenizer(self):
         """The `WordPieceTokenizer` of the card's settings over the vocabulary."""
         settings = self.card["tokenizer"]
+        if self.vocabulary is None:
+            raise ExportDirectoryError(self.vocabulary_error)
         if len(self.vocabulary) != settings["vocabulary_size"]:
             raise ExportDirectoryError(
                 f"{self.source}: {VOCAB_FILE} has {len(self.vocabulary)} tokens but "
@@ -151,10 +156,15 @@ class ExportDirectory:
     def model_card(self, needed_for=None):
         """The `ModelCard`: card, vocabulary and labels, checked against each other."""
         card = self.card(needed_for)
-        vocabulary = _lines(self.file(VOCAB_FILE, needed_for))
+        vocabulary, missing = None, None
+        try:
+            vocabulary = _lines(self.file(VOCAB_FILE, needed_for))
+        except ExportDirectoryError as error:  # raised by `tokenizer()`: text-in models need none
+            missing = str(error)
         labels_file = self.path / LABELS_FILE
         labels = _lines(labels_file) if labels_file.is_file() else list(card.get("labels", []))
-        return ModelCard(card, vocabulary, labels, source=str(self.path / CARD_FILE))
+        return ModelCard(card, vocabulary, labels, source=str(self.path / CARD_FILE),
+                         vocabulary_error=missing)
 
     def artifacts(self):
         """The card's artifact entries (`{"file", "kind", "precision", "lengths"}`), in the
