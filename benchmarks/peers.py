@@ -625,7 +625,7 @@ def measure_latency(artifacts, sequence_length, threads=1, runs=50, rounds=3, se
         The artifacts with `p50_ms` (median over rounds) and `round_p50_ms` added.
     """
     from keras_attn.export.onnx_export import OnnxRunner
-    from keras_attn.export.tflite_export import benchmark_tflite
+    from keras_attn.export.tflite_runtime import benchmark_tflite
 
     rng = np.random.default_rng(seed)
     feed = {"token_ids": rng.integers(*LATENCY_TOKEN_IDS, (1, sequence_length)).astype("int32"),

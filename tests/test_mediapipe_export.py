@@ -14,12 +14,12 @@ from keras_attn.export.mediapipe_export import mediapipe_probabilities
 from keras_attn.export.mediapipe_export import self_describing_artifacts
 from keras_attn.export.mediapipe_export import self_describing_markdown
 from keras_attn.export.mediapipe_export import write_mediapipe_artifacts
-from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_metadata import embed_metadata
 from keras_attn.export.tflite_metadata import read_metadata
 from keras_attn.export.tflite_metadata import settings_from_tflite
 from keras_attn.export.tflite_metadata import side_files
+from keras_attn.export.tflite_runtime import run_tflite
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.tflite_classifier import LABELS
 from tests.tflite_classifier import LENGTH

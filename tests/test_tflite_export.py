@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 from keras_attn.export.tflite_export import TFLITE_VARIANTS
-from keras_attn.export.tflite_export import default_signature_key
 from keras_attn.export.tflite_export import export_tflite
-from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_float_ops import XNNPACK_INT8_GAPS
+from keras_attn.export.tflite_runtime import default_signature_key
+from keras_attn.export.tflite_runtime import run_tflite
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.quantization.qat_bert import QatBert

@@ -11,12 +11,12 @@ import pytest
 
 from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.mediapipe_export import keras_probabilities
-from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import associated_files
 from keras_attn.export.tflite_metadata import embed_metadata
 from keras_attn.export.tflite_metadata import read_metadata
 from keras_attn.export.tflite_metadata import settings_from_tflite
+from keras_attn.export.tflite_runtime import run_tflite
 from keras_attn.inference.predictor import load_predictor
 from tests.tflite_classifier import LABELS
 from tests.tflite_classifier import VOCABULARY

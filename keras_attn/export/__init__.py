@@ -27,16 +27,16 @@ from keras_attn.export.text_tflite import run_text_tflite
 from keras_attn.export.text_tflite import text_interpreter
 from keras_attn.export.tflite_export import TFLITE_VARIANTS
 from keras_attn.export.tflite_export import TFLiteExportError
-from keras_attn.export.tflite_export import benchmark_tflite
 from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import export_tflite
-from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_float_ops import run_in_float
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import embed_metadata
 from keras_attn.export.tflite_metadata import read_metadata
 from keras_attn.export.tflite_metadata import settings_from_tflite
+from keras_attn.export.tflite_runtime import benchmark_tflite
+from keras_attn.export.tflite_runtime import run_tflite
 
 __all__ = [
     "TFLITE_VARIANTS",

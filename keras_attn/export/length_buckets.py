@@ -19,8 +19,8 @@ import time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_attn.export.tflite_export import BucketedTFLite
-from keras_attn.export.tflite_export import default_signature_runner
+from keras_attn.export.tflite_runtime import BucketedTFLite
+from keras_attn.export.tflite_runtime import default_signature_runner
 
 # The variants written with buckets: float, and the two int8 files apps use.
 BUCKET_VARIANTS = ("fp32", "dynamic_int8", "int8")

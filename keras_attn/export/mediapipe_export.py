@@ -29,8 +29,8 @@ from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
 from keras_attn.export.onnx_metadata import embed_onnx_metadata
-from keras_attn.export.tflite_export import run_tflite
 from keras_attn.export.tflite_metadata import embed_metadata
+from keras_attn.export.tflite_runtime import run_tflite
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.text.batching import PREDICT_BATCH_SIZE
 

@@ -12,7 +12,7 @@ entities out.
   `model_card.json`, or without them the copies embedded in the file's TFLite metadata,
   `keras_attn.export.tflite_metadata`); a file with length buckets
   (`model_<variant>_buckets.tflite`) runs each text on the shortest signature that holds
-  its tokens (`keras_attn.export.tflite_export.BucketedTFLite`);
+  its tokens (`keras_attn.export.tflite_runtime.BucketedTFLite`);
 - `model_text.tflite` (text input): LiteRT with the tf-text custom ops (`model_card.json`);
 - `model.onnx`, `model_dynamic_int8.onnx`: onnxruntime (`vocab.txt`, `model_card.json`).
 
@@ -48,9 +48,9 @@ from keras_attn.export.onnx_metadata import onnx_settings
 from keras_attn.export.serving_module import load_saved_model
 from keras_attn.export.text_tflite import decode_text_entities
 from keras_attn.export.text_tflite import text_interpreter
-from keras_attn.export.tflite_export import default_signature_runner
 from keras_attn.export.tflite_metadata import TFLiteMetadataError
 from keras_attn.export.tflite_metadata import settings_from_tflite
+from keras_attn.export.tflite_runtime import default_signature_runner
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int

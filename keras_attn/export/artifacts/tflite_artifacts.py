@@ -8,10 +8,10 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_attn.export.artifacts.artifact_step import ArtifactFile
 from keras_attn.export.artifacts.artifact_step import ArtifactStep
-from keras_attn.export.tflite_export import BucketedTFLite
-from keras_attn.export.tflite_export import default_signature_runner
 from keras_attn.export.tflite_export import export_tflite
 from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.export.tflite_runtime import BucketedTFLite
+from keras_attn.export.tflite_runtime import default_signature_runner
 
 FLOAT_MODEL_PRECISIONS = ("fp32", "fp16", "dynamic_int8")
 
