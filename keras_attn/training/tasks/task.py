@@ -13,6 +13,7 @@ from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.vocabulary import DEFAULT_RESERVED_TOKENS
 from keras_attn.text.vocabulary import load_vocabulary
 from keras_attn.text.vocabulary import save_vocabulary
 from keras_attn.text.vocabulary import train_wordpiece_vocabulary
@@ -174,6 +175,9 @@ class Task(abc.ABC):
 class BertTask(Task):
     """Shared by the BERT tasks: the tokenizer vocabulary and the backbone."""
 
+    # The first tokens of a learned vocabulary (ids 0, 1, ...).
+    reserved_tokens = DEFAULT_RESERVED_TOKENS
+
     def vocabulary(self, training_texts):
         """Vocabulary tokens: the checkpoint's, the configured file, or learned from
         `training_texts()` (and saved as `vocab.txt` in the run directory)."""
@@ -189,7 +193,8 @@ class BertTask(Task):
         self.log(f"learning a {model.vocabulary_size}-token WordPiece vocabulary from "
                  f"{self.config.data.train}")
         tokens = train_wordpiece_vocabulary(
-            training_texts(), model.vocabulary_size, lowercase=model.lowercase, min_count=2
+            training_texts(), model.vocabulary_size, lowercase=model.lowercase, min_count=2,
+            reserved_tokens=self.reserved_tokens,
         )
         if self.write_files:
             self.output_dir.mkdir(parents=True, exist_ok=True)
