@@ -173,3 +173,12 @@ def test_malformed_lines_name_file_and_line(tmp_path):
     task = Seq2SeqTask(make_config(tmp_path, bad), tmp_path / "run")
     with pytest.raises(DataError, match=r"bad\.tsv:3"):
         task.prepare()
+
+
+def test_misaligned_parallel_files_stop_prepare_at_file_and_line(tmp_path):
+    files = write_parallel(tmp_path, "train", toy_pairs(5, seed=0))
+    lines = (tmp_path / "train.de").read_text(encoding="utf-8").splitlines()
+    write(tmp_path / "train.de", lines[:2] + ["  "] + lines[3:])
+    task = Seq2SeqTask(make_config(tmp_path, files), tmp_path / "run")
+    with pytest.raises(DataError, match=r"train\.de:3: empty line, but line 3 of .*train\.en"):
+        task.prepare()
