@@ -37,6 +37,8 @@ from keras_attn.training.config import TrainingConfig
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
 from keras_attn.training.trainer import train
+from keras_attn.translation import is_translation_run
+from keras_attn.translation import translation_command
 
 # What a command reports as `keras-attn CMD: error: ...` and exit status 2 (one handler, in
 # `main`): keras-attn's own errors, argument checks (`ValueError` from
@@ -158,6 +160,8 @@ def _quantize(args):
 
 
 def _explain(args):
+    if is_translation_run(args.run_dir):  # a seq2seq run: its cross-attention alignment
+        return translation_command("explain", args, _say)
     summary = explain(args.run_dir, args.text, args.output, layers=args.layers,
                       heads=args.heads, position_encoding_png=args.position_encoding,
                       log=lambda note: _say(f"note: {note}"))
@@ -217,6 +221,8 @@ def _predict_inputs(args):
 
 
 def _predict(args):
+    if is_translation_run(args.artifact):  # a seq2seq run: beam-search translations
+        return translation_command("predict", args, _say)
     inputs = _predict_inputs(args)
     predictor = load_predictor(args.artifact, num_threads=args.threads)
     results = predictor.predict([text for _, text in inputs], batch_size=args.batch_size)
@@ -429,6 +435,11 @@ def _add_predict_command(commands):
                          help="texts per model call")
     predict.add_argument("--threads", type=_positive_int,
                          help="LiteRT / onnxruntime threads (default: theirs)")
+    translation = predict.add_argument_group("translation runs (task seq2seq)")
+    translation.add_argument("--input", help="a file of source sentences, one per line")
+    translation.add_argument("--output", help="write the translations here, one per line")
+    translation.add_argument("--beams", type=_positive_int,
+                             help="beam width (default: the run's train.eval_num_beams)")
     predict.set_defaults(handler=_predict)
 
 

@@ -4,7 +4,9 @@ import collections
 import math
 import random
 
+import numpy as np
 import pytest
+import sacrebleu
 
 from keras_attn.training.bleu import corpus_bleu
 
@@ -146,3 +148,20 @@ def test_errors():
         corpus_bleu(["a b"], [["a"]])
     with pytest.raises(ValueError, match=r"hypotheses\[0\]"):
         corpus_bleu([["a"]], ["a"])
+
+
+def test_matches_sacrebleu_on_its_13a_tokens():
+    # keras_attn.training.corpus_bleu scores pre-tokenized text; on sacreBLEU's own 13a
+    # tokens (no smoothing needed: every order has matches) it is sacreBLEU's number.
+    tokenize = sacrebleu.tokenizers.tokenizer_13a.Tokenizer13a()
+    references = ["A man in an orange hat, starring at something.",
+                  "Two young, White males are outside near many bushes.",
+                  "A little girl climbing into a wooden playhouse."]
+    hypotheses = ["A man in an orange hat is looking at something.",
+                  "Two young white men are outside near bushes.",
+                  "A little girl is climbing into a wooden playhouse."]
+    expected = sacrebleu.corpus_bleu(hypotheses, [references])
+    ours = corpus_bleu([[tokenize(r).split()] for r in references],
+                       [tokenize(h).split() for h in hypotheses])
+    assert 100 * ours.bleu == pytest.approx(expected.score, abs=1e-9)
+    np.testing.assert_allclose([100 * p for p in ours.precisions], expected.precisions)

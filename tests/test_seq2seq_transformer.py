@@ -290,6 +290,25 @@ def test_trained_model_decoding_ignores_extra_source_padding(reverse_model):
     )
 
 
+def test_beam_search_with_the_cache_equals_beam_search_without_it(reverse_model):
+    # Without the cache every step reruns the whole model on the source and the prefix
+    # (`use_cache=False`): the same tokens, and scores equal up to rounding.
+    model, _ = reverse_model
+    source, _ = reverse_task(12, seed=3)
+    source[::3, -2:] = PAD  # shorter sources, padded
+    kwargs = dict(bos_token_id=BOS, eos_token_id=EOS, max_new_tokens=6)
+    for num_beams in (1, 4):
+        cached, cached_scores = model.beam_search(source, num_beams=num_beams, **kwargs)
+        full, full_scores = model.beam_search(source, num_beams=num_beams, use_cache=False,
+                                              **kwargs)
+        np.testing.assert_array_equal(ops.convert_to_numpy(cached), ops.convert_to_numpy(full))
+        np.testing.assert_allclose(ops.convert_to_numpy(cached_scores),
+                                   ops.convert_to_numpy(full_scores), atol=1e-4)
+    greedy = model.greedy_decode(source, use_cache=False, **kwargs)
+    np.testing.assert_array_equal(ops.convert_to_numpy(greedy),
+                                  ops.convert_to_numpy(model.greedy_decode(source, **kwargs)))
+
+
 # === Errors ===
 
 

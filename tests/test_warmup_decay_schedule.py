@@ -60,6 +60,17 @@ def test_hand_computed_points():
     np.testing.assert_allclose(values(constant, range(7)), [1, 2, 3, 3, 3, 3, 3], rtol=1e-6)
 
 
+def test_inverse_sqrt_is_the_transformer_schedule():
+    # Vaswani et al. (2017), eq. 3: lrate = d^-0.5 * min(s^-0.5, s * W^-1.5), s = t + 1.
+    d_model, warmup = 512, 4000
+    schedule = WarmupDecaySchedule((d_model * warmup) ** -0.5, total_steps=10,
+                                   warmup_steps=warmup, decay="inverse_sqrt")
+    steps = np.array([0, 1, 999, 3998, 3999, 4000, 10000, 100000])
+    s = steps + 1.0
+    paper = d_model ** -0.5 * np.minimum(s ** -0.5, s * warmup ** -1.5)
+    np.testing.assert_allclose(values(schedule, steps), paper, rtol=1e-5)
+
+
 def test_no_warmup_starts_at_the_peak_and_ends_at_the_end_rate():
     schedule = WarmupDecaySchedule(1e-3, total_steps=4, warmup_steps=0,
                                    end_learning_rate=1e-4)
@@ -88,7 +99,7 @@ def test_accepts_tensor_and_variable_steps():
     (dict(total_steps=2.5), r"Received: total_steps=2\.5"),
     (dict(warmup_steps=-1), r"`warmup_steps` must be an int >= 0\. Received: warmup_steps=-1"),
     (dict(warmup_steps=1.5), r"Received: warmup_steps=1\.5"),
-    (dict(decay="step"), r"`decay` must be 'linear', 'cosine' or 'constant'\. "
+    (dict(decay="step"), r"`decay` must be 'linear', 'cosine', 'constant' or 'inverse_sqrt'\. "
                          r"Received: decay='step'"),
     (dict(end_learning_rate=2e-3), r"`end_learning_rate` must be in \[0, peak_learning_rate\]\. "
                                    r"Received: end_learning_rate=0\.002"),

@@ -1,5 +1,7 @@
 """keras-attn models: functional backbones and the task models built on them."""
 
+from keras_attn.models.attention_rnn_seq2seq import ATTENTION_RNN_PRESETS
+from keras_attn.models.attention_rnn_seq2seq import AttentionRNNSeq2Seq
 from keras_attn.models.auxiliary_loss_lm import AuxiliaryLossLM
 from keras_attn.models.bert_backbone import BERT_PRESETS
 from keras_attn.models.bert_backbone import BertBackbone
@@ -30,10 +32,12 @@ from keras_attn.models.xlnet_lm import XLNetLM
 from keras_attn.models.xlnet_token_classifier import XLNetTokenClassifier
 
 __all__ = [
+    "ATTENTION_RNN_PRESETS",
     "BERT_PRESETS",
     "GPT_PRESETS",
     "SEQ2SEQ_TRANSFORMER_PRESETS",
     "TRANSFORMER_XL_PRESETS",
+    "AttentionRNNSeq2Seq",
     "AuxiliaryLossLM",
     "BertBackbone",
     "BertClassifier",

@@ -3,17 +3,16 @@ import math
 import keras
 from keras import ops
 
-from keras_attn import generation
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_arguments import preset_arguments
 from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.seq2seq_decoding import EncoderDecoderDecoding
 
 # Sizes of Vaswani et al. (2017), Table 3: "base" (65M parameters) and "big" (213M), with
 # the 37,000-token byte-pair vocabulary shared by source and target (WMT14 En-De).
@@ -35,7 +34,7 @@ SEQ2SEQ_TRANSFORMER_PRESETS = {
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Seq2SeqTransformer(ModelConfig, keras.Model):
+class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
     """The encoder-decoder Transformer (Vaswani et al., 2017, "Attention Is All You
     Need", §3 and Fig. 1).
 
@@ -66,7 +65,8 @@ class Seq2SeqTransformer(ModelConfig, keras.Model):
     `MaskedSparseCategoricalCrossentropy(ignore_class=pad, label_smoothing=0.1)` (§5.4).
     Inference encodes the source once, projects each block's cross-attention keys and
     values once, and decodes token by token with per-layer self-attention caches
-    (`next_token_logits`, `greedy_decode`, `beam_search`).
+    (`next_token_logits`, and `greedy_decode`, `beam_search` of
+    `EncoderDecoderDecoding`; `use_cache=False` decodes with full passes instead).
 
     Layer names: `token_embedding`, `position_encoding`, `encoder_embedding_dropout`,
     `decoder_embedding_dropout`, `encoder_layer_{i}`, `decoder_layer_{i}`.
@@ -286,108 +286,6 @@ class Seq2SeqTransformer(ModelConfig, keras.Model):
         new_cache["self_attention_cache"] = ops.stack(self_caches, axis=1)
         return logits, new_cache
 
-    def greedy_decode(
-        self,
-        encoder_token_ids,
-        encoder_padding_mask=None,
-        *,
-        bos_token_id,
-        max_new_tokens,
-        eos_token_id=None,
-        pad_token_id=0,
-    ):
-        """Greedy decoding `y_t = argmax_v p(v | y_<t, x)` with cached keys/values.
-
-        Args:
-            encoder_token_ids: `(B, S)` int source ids.
-            encoder_padding_mask: `(B, S)`, 1/True for real source tokens. Defaults to
-                `encoder_token_ids != pad_token_id`.
-            bos_token_id: int, the first decoder token.
-            max_new_tokens: int, number of tokens to generate.
-            eos_token_id: optional int; a row stops after emitting it (kept) and is
-                filled with `pad_token_id`.
-            pad_token_id: int, the padding id. Defaults to `0`.
-
-        Returns:
-            `(B, max_new_tokens)` int32 generated ids, without the BOS token.
-        """
-        prompt, cache, stop = self._start_decoding(
-            encoder_token_ids, encoder_padding_mask, bos_token_id, max_new_tokens,
-            eos_token_id, pad_token_id,
-        )
-        tokens = generation.generate(
-            self.next_token_logits, prompt, cache, max_new_tokens,
-            stop_token_ids=stop, pad_token_id=pad_token_id,
-        )  # (B, 1 + max_new_tokens)
-        return tokens[:, 1:]
-
-    def beam_search(
-        self,
-        encoder_token_ids,
-        encoder_padding_mask=None,
-        *,
-        bos_token_id,
-        max_new_tokens,
-        num_beams=4,
-        length_penalty=1.0,
-        eos_token_id=None,
-        pad_token_id=0,
-    ):
-        """Beam search (the paper used 4 beams, §6.1) with cached keys/values.
-
-        The source is encoded and projected once per batch item; `generation.beam_search`
-        then repeats the cache for the beams. Hypotheses are ranked by
-        `sum_t log p(y_t) / L ** length_penalty`, `L` the number of generated tokens
-        (EOS included). (The paper's length penalty, from Wu et al. 2016, is
-        `((5 + L) / 6) ** alpha` with `alpha = 0.6`; this one is the HF form.)
-
-        Args:
-            encoder_token_ids, encoder_padding_mask, bos_token_id, max_new_tokens,
-                eos_token_id, pad_token_id: as in `greedy_decode`.
-            num_beams: int, beam width. Defaults to `4`; `1` is greedy decoding.
-            length_penalty: float, exponent of the length normalization. Defaults
-                to `1.0`; `0.0` ranks by total log-probability.
-
-        Returns:
-            `(tokens, scores)`: `(B, max_new_tokens)` int32 best hypotheses without the
-            BOS token, and their `(B,)` float32 scores.
-        """
-        prompt, cache, stop = self._start_decoding(
-            encoder_token_ids, encoder_padding_mask, bos_token_id, max_new_tokens,
-            eos_token_id, pad_token_id,
-        )
-        tokens, scores = generation.beam_search(
-            self.next_token_logits, prompt, cache, max_new_tokens, num_beams=num_beams,
-            length_penalty=length_penalty, stop_token_ids=stop, pad_token_id=pad_token_id,
-        )  # (B, 1 + max_new_tokens), (B,)
-        return tokens[:, 1:], scores
-
-    def _start_decoding(
-        self, encoder_token_ids, encoder_padding_mask, bos_token_id, max_new_tokens,
-        eos_token_id, pad_token_id,
-    ):
-        """The BOS prompt, the initial cache and the stop ids of a decoding call."""
-        for name, value in (("bos_token_id", bos_token_id), ("pad_token_id", pad_token_id)):
-            _check_token_id(name, value, self.vocabulary_size)
-        if eos_token_id is not None:
-            _check_token_id("eos_token_id", eos_token_id, self.vocabulary_size)
-        check_positive_int("max_new_tokens", max_new_tokens)
-        encoder_token_ids = ops.convert_to_tensor(encoder_token_ids, "int32")  # (B, S)
-        if len(encoder_token_ids.shape) != 2:
-            raise ValueError(
-                "`encoder_token_ids` must be a (batch, source_length) int tensor. "
-                f"Received: encoder_token_ids.shape={tuple(encoder_token_ids.shape)}"
-            )
-        if encoder_padding_mask is None:
-            encoder_padding_mask = ops.not_equal(encoder_token_ids, pad_token_id)
-        batch = ops.shape(encoder_token_ids)[0]
-        prompt = ops.full((batch, 1), bos_token_id, dtype="int32")  # (B, 1)
-        cache = self.initial_decoding_cache(
-            encoder_token_ids, encoder_padding_mask, 1 + max_new_tokens
-        )
-        stop = () if eos_token_id is None else (eos_token_id,)
-        return prompt, cache, stop
-
     # === Presets and config ===
 
     @classmethod
@@ -471,6 +369,3 @@ def _embed(token_embedding, position_encoding, token_ids, start_index=0):
     x = x * math.sqrt(token_embedding.output_dim)
     return x + position_encoding(x, start_index=start_index)  # (B, T, d)
 
-
-def _check_token_id(name, value, vocabulary_size):
-    check_int(name, value, 0, vocabulary_size, meaning="a token id", high_name="vocabulary_size")

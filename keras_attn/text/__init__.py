@@ -16,6 +16,7 @@ from keras_attn.text.entity_prediction import ner_model_inputs
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.errors import DataError
 from keras_attn.text.hard_cases import HARD_CASES
+from keras_attn.text.joined_word_pieces import JoinedWordPieces
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.ner import IGNORE_LABEL
 from keras_attn.text.ner import Entity
@@ -26,6 +27,7 @@ from keras_attn.text.ner import entity_spans
 from keras_attn.text.ner import iob2_entities
 from keras_attn.text.ner import repair_iob2
 from keras_attn.text.ner import word_offsets_from_subwords
+from keras_attn.text.parallel_corpus import read_parallel_files
 from keras_attn.text.pretraining_data import MaskedLMMasker
 from keras_attn.text.pretraining_data import NextSentencePairs
 from keras_attn.text.raw_text_reader import Document
@@ -50,6 +52,7 @@ __all__ = [
     "DataError",
     "Document",
     "Entity",
+    "JoinedWordPieces",
     "LabelVocabulary",
     "MaskedLMMasker",
     "NextSentencePairs",
@@ -72,6 +75,7 @@ __all__ = [
     "ner_model_inputs",
     "predict_entities",
     "read_lines",
+    "read_parallel_files",
     "repair_iob2",
     "save_vocabulary",
     "split_words",

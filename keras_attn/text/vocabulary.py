@@ -208,6 +208,9 @@ def train_wordpiece_vocabulary(
             "lower_thresh": min_count,
         },
     )
+    # The learner keeps characters the tokenizer treats as spaces (U+00A0 in cased text):
+    # such a token could never match, so it is dropped rather than failing the check.
+    tokens = [t for t in tokens if t in reserved_tokens or t == t.strip()]
     check_vocabulary(tokens, special_tokens=reserved_tokens)
     return tokens
 

@@ -37,7 +37,9 @@ from keras_attn.training.task_registry import TAGGING_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-DECAYS = ("linear", "cosine", "constant")
+DECAYS = ("linear", "cosine", "constant", "inverse_sqrt")
+# A parallel corpus in two aligned line files: `data.train: {source: train.de, target: train.en}`.
+PARALLEL_SIDES = ("source", "target")
 PRECISIONS = (None, "float32", "mixed_bfloat16", "mixed_float16")
 RUNNERS = ("auto", "fit", "loop")
 TOKENIZERS = ("wordpiece", "characters", "bytes")
@@ -81,9 +83,10 @@ def _plain(value):
 class DataSection(_Section):
     """`data:` what is read, and how examples are cut."""
 
-    train: str = setting(help="training file")
-    dev: str | None = setting(None, help="evaluated after every epoch")
-    test: str | None = setting(None, help="evaluated once with the best weights")
+    train: str | dict = setting(help="training file (seq2seq: or {source: F, target: F}, "
+                                     "two aligned line files)")
+    dev: str | dict | None = setting(None, help="evaluated after every epoch")
+    test: str | dict | None = setting(None, help="evaluated once with the best weights")
     text_column: str | int = setting(0, help="classification: column or key of the text")
     text_pair_column: str | int | None = setting(None, help="classification: second text")
     label_column: str | int = setting(-1, help="classification: column or key of the label")
@@ -162,7 +165,13 @@ class TrainSection(_Section):
     warmup_ratio: float = setting(0.1, minimum=0.0, maximum=1.0,
                                   help="share of updates warming up")
     warmup_steps: int | None = setting(None, minimum=0, help="replaces warmup_ratio")
-    decay: str = setting("linear", choices=DECAYS, help="learning-rate decay after warm-up")
+    decay: str = setting("linear", choices=DECAYS, help="learning-rate decay after warm-up "
+                                                         "(inverse_sqrt: Vaswani et al. 5.3)")
+    label_smoothing: float = setting(0.0, minimum=0.0, maximum=0.5,
+                                     help="seq2seq: label smoothing of the target loss")
+    eval_num_beams: int = setting(4, minimum=1,
+                                  help="seq2seq: beams of the evaluation decoding (1: greedy)")
+    eval_length_penalty: float = setting(1.0, help="seq2seq: beam score = log p / L**this")
     end_learning_rate_ratio: float = setting(0.0, minimum=0.0, maximum=1.0,
                                              help="final learning rate / peak")
     weight_decay: float = setting(0.01, minimum=0.0,
@@ -267,7 +276,8 @@ class TrainingConfig(_Section):
             return self
         base = pathlib.Path(base_dir)
         data = dataclasses.replace(self.data, **{
-            key: _resolve_path(base, getattr(self.data, key)) for key in ("train", "dev", "test")})
+            key: _resolve_data_path(base, getattr(self.data, key))
+            for key in ("train", "dev", "test")})
         checkpoint = self.model.checkpoint
         model = dataclasses.replace(
             self.model, vocabulary=_resolve_path(base, self.model.vocabulary),
@@ -293,6 +303,7 @@ class TrainingConfig(_Section):
             raise ConfigError(f"`model.checkpoint` imports BERT weights; task {self.task!r} "
                               "trains a GPT or encoder-decoder model: use `model.preset`.",
                               self.source)
+        self._check_parallel_files()
         self._check_quantization_keys()
         if self.model.use_crf and self.task not in TAGGING_TASKS:
             raise ConfigError(f"`model.use_crf` is for the tagging tasks {list(TAGGING_TASKS)}. "
@@ -301,6 +312,22 @@ class TrainingConfig(_Section):
         if self.distribute.strategy == "tpu" and self.train.mixed_precision == "mixed_float16":
             raise ConfigError("TPUs train in bfloat16: use train.mixed_precision=mixed_bfloat16.",
                               self.source)
+
+    def _check_parallel_files(self):
+        """A data file given as `{source: ..., target: ...}` is for seq2seq, with both keys."""
+        for key in ("train", "dev", "test"):
+            value = getattr(self.data, key)
+            if not isinstance(value, dict):
+                continue
+            if self.task != "seq2seq":
+                raise ConfigError(f"`data.{key}` as a mapping (two aligned line files) is for "
+                                  f"task 'seq2seq'; task {self.task!r} reads one file. "
+                                  f"Received: data.{key}={value!r}", self.source)
+            if sorted(value) != sorted(PARALLEL_SIDES) or not all(
+                    isinstance(v, str) for v in value.values()):
+                raise ConfigError(f"`data.{key}` names two aligned line files: "
+                                  f"{{source: FILE, target: FILE}}. Received: data.{key}="
+                                  f"{value!r}", self.source)
 
     def _check_quantization_keys(self):
         model = self.model
@@ -398,6 +425,14 @@ def _check_value(name, value, field, where):
         raise ConfigError(f"`{name}` must be <= {meta['maximum']} ({meta['help']}). "
                           f"Received: {name}={value!r}", where)
     return value
+
+
+def _resolve_data_path(base, value):
+    """`_resolve_path` of a data file, or of each file of a `{source, target}` mapping."""
+    if isinstance(value, dict):
+        return {side: _resolve_path(base, path) if isinstance(path, str) else path
+                for side, path in value.items()}
+    return _resolve_path(base, value)
 
 
 def _resolve_path(base, value):

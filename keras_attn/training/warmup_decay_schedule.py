@@ -1,4 +1,4 @@
-"""Linear warm-up followed by linear, cosine or no decay."""
+"""Linear warm-up followed by linear, cosine, inverse-square-root or no decay."""
 
 import math
 
@@ -18,15 +18,20 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         lr(t) = lr_end + (lr - lr_end) * (1 - p)                         linear
         lr(t) = lr_end + (lr - lr_end) * (1 + cos(pi p)) / 2             cosine
         lr(t) = lr                                                       constant
+        lr(t) = lr * sqrt(W / (t + 1))                                   inverse_sqrt
         with p = min(1, (t - W) / max(1, N - W))
 
     The first update already uses `lr / W` (not 0), so no step is wasted.
+
+    `inverse_sqrt` is the Transformer's schedule (Vaswani et al., 2017, §5.3):
+    `d^-0.5 * min(s^-0.5, s * W^-1.5)` with `s = t + 1` is the above with
+    `lr = (d * W)^-0.5`; it ignores `N` and `lr_end`.
 
     Args:
         peak_learning_rate: float > 0.
         total_steps: int >= 1, number of optimizer updates of the run.
         warmup_steps: int >= 0.
-        decay: `"linear"`, `"cosine"` or `"constant"`.
+        decay: `"linear"`, `"cosine"`, `"constant"` or `"inverse_sqrt"`.
         end_learning_rate: float >= 0, the rate at `total_steps`. Defaults to `0.0`.
 
     Example:
@@ -44,8 +49,9 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"`warmup_steps` must be an int >= 0. "
                              f"Received: warmup_steps={warmup_steps!r}")
-        if decay not in ("linear", "cosine", "constant"):
-            raise ValueError("`decay` must be 'linear', 'cosine' or 'constant'. "
+        if decay not in ("linear", "cosine", "constant", "inverse_sqrt"):
+            raise ValueError("`decay` must be 'linear', 'cosine', 'constant' or "
+                             "'inverse_sqrt'. "
                              f"Received: decay={decay!r}")
         if not 0 <= end_learning_rate <= peak_learning_rate:
             raise ValueError("`end_learning_rate` must be in [0, peak_learning_rate]. "
@@ -67,6 +73,8 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
             decayed = end + (peak - end) * (1.0 - progress)
         elif self.decay == "cosine":
             decayed = end + (peak - end) * 0.5 * (1.0 + ops.cos(math.pi * progress))
+        elif self.decay == "inverse_sqrt":
+            decayed = peak * ops.sqrt(max(1, self.warmup_steps) / (step + 1.0))
         else:
             decayed = ops.convert_to_tensor(peak, "float32") + 0.0 * step
         return ops.where(step < self.warmup_steps, warmup, decayed)

@@ -1,26 +1,31 @@
-"""Sequence-to-sequence training with `Seq2SeqTransformer` on `source<TAB>target` TSV
-files: corpus BLEU of greedy decoding."""
-
-import collections
+"""Sequence-to-sequence training (`Seq2SeqTransformer`, `AttentionRNNSeq2Seq`) on aligned
+line files or `source<TAB>target` TSV: sacreBLEU of batched beam search through the cache."""
 
 import numpy as np
+import sacrebleu
 
 from keras_attn.layers.validation import check_int
+from keras_attn.models.attention_rnn_seq2seq import ATTENTION_RNN_PRESETS
+from keras_attn.models.attention_rnn_seq2seq import AttentionRNNSeq2Seq
 from keras_attn.models.masked_sparse_categorical_crossentropy import (
     MaskedSparseCategoricalCrossentropy,
 )
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 from keras_attn.text.errors import DataError
+from keras_attn.text.joined_word_pieces import JOINER_TOKEN
+from keras_attn.text.joined_word_pieces import JoinedWordPieces
+from keras_attn.text.parallel_corpus import Pair
+from keras_attn.text.parallel_corpus import read_parallel_files
 from keras_attn.text.text_lines import read_lines
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.bleu import corpus_bleu
+from keras_attn.text.vocabulary import DEFAULT_RESERVED_TOKENS
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length
+from keras_attn.translation import Translator
 
-ENCODE_CHUNK = 2048
-
-Pair = collections.namedtuple("Pair", ["source", "target", "line"])
+# sacreBLEU's default corpus BLEU (13a tokenization, cased): the field's reported number.
+SACREBLEU = sacrebleu.metrics.BLEU()
 
 
 def read_pairs(path, source_column=0, target_column=1):
@@ -61,25 +66,34 @@ def read_pairs(path, source_column=0, target_column=1):
 
 
 class Seq2SeqTask(BertTask):
-    """`source -> target` with an encoder-decoder Transformer; metric: corpus BLEU-4 (0-100)
-    of greedy decoding, higher is better.
+    """`source -> target` with an encoder-decoder model; metric: sacreBLEU (0-100) of
+    beam search, higher is better.
 
-    Source and target share one WordPiece vocabulary (learned from both sides of
-    `data.train`, or `model.vocabulary`), as the paper's shared BPE vocabulary (Vaswani et
-    al., 2017, §5.1). The source is its pieces followed by `[SEP]` (at most
-    `data.max_length` ids); the target is its pieces followed by `[SEP]`, the end token
-    (at most `data.target_max_length`); the decoder starts from `[CLS]`, the BOS token.
-    Training is teacher-forced next-token cross-entropy with raw weight 1 per target
-    token. Evaluation decodes greedily (one full decoder pass per generated token, through
-    the trainer's `predict`) until `[SEP]` or `data.target_max_length` tokens, detokenizes
-    the word pieces (`##` glued), splits on whitespace and scores corpus BLEU-4 against
-    the detokenized reference pieces (so both sides share the tokenizer's normalization);
-    it also reports teacher-forced perplexity and token accuracy.
+    Data: `data.train` (`dev`, `test`) is a `source<TAB>target` TSV file or two aligned
+    line files `{source: train.de, target: train.en}` (`read_parallel_files`: every
+    misalignment is a `file:line` error).
+
+    Source and target share one WordPiece vocabulary learned from both sides of the
+    training data (or `model.vocabulary`), as the paper's shared BPE vocabulary (Vaswani
+    et al., 2017, §5.1), with a `[JOIN]` token that makes the pieces reversible
+    (`JoinedWordPieces`): the output detokenizes to raw text. The source is its pieces
+    followed by `[SEP]` (at most `data.max_length` ids); the target is its pieces
+    followed by `[SEP]`, the end token (at most `data.target_max_length`); the decoder
+    starts from `[CLS]`, the BOS token. Training is teacher-forced next-token
+    cross-entropy with `train.label_smoothing`. `model.preset` picks the model: a
+    `Seq2SeqTransformer` preset or an `AttentionRNNSeq2Seq` one (`attention_rnn_*`).
+
+    Evaluation decodes every batch with `model.beam_search` (`train.eval_num_beams`
+    beams, `train.eval_length_penalty`; 1 beam: `greedy_decode`) through the key/value
+    cache, in one `tf.function`, detokenizes and scores sacreBLEU against the raw
+    reference lines (cased, 13a), reporting its signature; also teacher-forced
+    perplexity, token accuracy and decoding sentences/s.
     """
 
     name = "seq2seq"
     metric = "bleu"
     higher_is_better = True
+    reserved_tokens = DEFAULT_RESERVED_TOKENS + (JOINER_TOKEN,)
 
     def prepare(self):
         data = self.config.data
@@ -88,10 +102,13 @@ class Seq2SeqTask(BertTask):
             train = train[: data.max_train_examples]
         self.tokenizer = WordPieceTokenizer(
             self.vocabulary(lambda: [p.source for p in train] + [p.target for p in train]),
-            lowercase=self.config.model.lowercase, sequence_length=data.max_length,
+            lowercase=self.lowercase, sequence_length=data.max_length,
         )
+        self.pieces = JoinedWordPieces(self.tokenizer)
         self.bos_token_id = self.tokenizer.cls_token_id
         self.eos_token_id = self.tokenizer.sep_token_id
+        self.model = None
+        self._translators = {}
         self.train_examples = self.encode(train)
         self.dev_examples = self.encode(self._read(data.dev)) if data.dev else None
         self.test_examples = self.encode(self._read(data.test)) if data.test else None
@@ -103,24 +120,31 @@ class Seq2SeqTask(BertTask):
 
     def _read(self, path):
         data = self.config.data
-        return read_pairs(path, data.text_column, data.target_column)
+        if not isinstance(path, dict):
+            return read_pairs(path, data.text_column, data.target_column)
+        pairs, blank = read_parallel_files(path["source"], path["target"])
+        if blank:
+            self.log(f"{path['source']}, {path['target']}: skipped {len(blank)} line(s) blank "
+                     f"on both sides (first: line {blank[0]})")
+        return pairs
 
-    def _pieces(self, texts, limit):
-        """Ids of each text plus `[SEP]`, cut to `limit` (the `[SEP]` is kept)."""
+    def _ids(self, texts, limit):
+        """Joined piece ids of each text plus `[SEP]`, cut to `limit` (`[SEP]` kept)."""
         out = []
-        for start in range(0, len(texts), ENCODE_CHUNK):
-            for ids in self.tokenizer.tokenize(texts[start: start + ENCODE_CHUNK]).to_list():
-                self._truncated += len(ids) > limit - 1
-                out.append(np.asarray(ids[: limit - 1] + [self.eos_token_id], "int32"))
+        for ids in self.pieces.encode(texts):
+            self._truncated += len(ids) > limit - 1
+            out.append(np.append(ids[: limit - 1], self.eos_token_id).astype("int32"))
         return out
 
     def encode(self, pairs):
-        """Pairs as dicts of `source_ids`, `target_ids` (both ending in `[SEP]`)."""
+        """Pairs as dicts of `source_ids`, `target_ids` (both ending in `[SEP]`) and the
+        raw `reference` text."""
         self._truncated = 0
         data = self.config.data
-        sources = self._pieces([p.source for p in pairs], data.max_length)
-        targets = self._pieces([p.target for p in pairs], data.target_max_length)
-        return [{"source_ids": s, "target_ids": t} for s, t in zip(sources, targets)]
+        sources = self._ids([p.source for p in pairs], data.max_length)
+        targets = self._ids([p.target for p in pairs], data.target_max_length)
+        return [{"source_ids": s, "target_ids": t, "reference": p.target}
+                for s, t, p in zip(sources, targets, pairs)]
 
     def lengths(self, examples):
         return [len(e["source_ids"]) + len(e["target_ids"]) for e in examples]
@@ -128,13 +152,17 @@ class Seq2SeqTask(BertTask):
     def build_model(self):
         model = self.config.model
         overrides = {"vocabulary_size": self.tokenizer.vocabulary_size(),
-                     "dropout": model.dropout}
-        overrides.update(model.overrides)
-        return Seq2SeqTransformer.from_preset(model.preset, **overrides)
+                     "dropout": model.dropout, **model.overrides}
+        if model.preset in ATTENTION_RNN_PRESETS:
+            self.model = AttentionRNNSeq2Seq.from_preset(model.preset, **overrides)
+        else:
+            self.model = Seq2SeqTransformer.from_preset(model.preset, **overrides)
+        return self.model
 
     def loss(self):
-        return MaskedSparseCategoricalCrossentropy(ignore_class=self.tokenizer.pad_token_id,
-                                                   reduction="sum")
+        return MaskedSparseCategoricalCrossentropy(
+            ignore_class=self.tokenizer.pad_token_id, reduction="sum",
+            label_smoothing=self.config.train.label_smoothing)
 
     def collate(self, examples):
         data = self.config.data
@@ -155,40 +183,20 @@ class Seq2SeqTask(BertTask):
              "decoder_padding_mask": (labels != pad).astype("int32")}
         return x, labels, (labels != pad).astype("float32")
 
-    def greedy_decode(self, predict, x):
-        """`(B, <= target_max_length)` greedy ids for the sources of `x`, full decoder
-        passes through `predict`; rows that emitted `[SEP]` keep it and stop growing."""
-        batch = len(x["encoder_token_ids"])
-        generated = np.zeros((batch, 0), "int32")
-        finished = np.zeros(batch, bool)
-        for _ in range(self.config.data.target_max_length):
-            decoder = np.concatenate(
-                [np.full((batch, 1), self.bos_token_id, "int32"), generated], axis=1
-            )  # (B, t + 1)
-            logits = predict({"encoder_token_ids": x["encoder_token_ids"],
-                              "encoder_padding_mask": x["encoder_padding_mask"],
-                              "decoder_token_ids": decoder,
-                              "decoder_padding_mask": np.ones_like(decoder)})  # (B, t+1, V)
-            next_ids = logits[:, -1].argmax(-1).astype("int32")  # (B,)
-            next_ids = np.where(finished, self.tokenizer.pad_token_id, next_ids)
-            generated = np.concatenate([generated, next_ids[:, None]], axis=1)
-            finished |= next_ids == self.eos_token_id
-            if finished.all():
-                break
-        return generated
-
-    def words(self, ids):
-        """Whitespace tokens of the detokenized pieces before the first `[SEP]`."""
-        ids = [int(i) for i in ids]
-        if self.eos_token_id in ids:
-            ids = ids[: ids.index(self.eos_token_id)]
-        ids = [i for i in ids if i != self.tokenizer.pad_token_id]
-        if not ids:
-            return []
-        return self.tokenizer.detokenize([ids]).numpy()[0].decode("utf-8").split()
+    def translator(self, **decoding):
+        """The `Translator` of the task's model (`decoding`: its `num_beams`,
+        `length_penalty`, `use_cache`; the beams and penalty default to
+        `train.eval_num_beams` and `train.eval_length_penalty`), one per setting."""
+        train, data = self.config.train, self.config.data
+        decoding = {"num_beams": train.eval_num_beams,
+                    "length_penalty": train.eval_length_penalty, **decoding}
+        key = tuple(sorted(decoding.items()))
+        if key not in self._translators:
+            self._translators[key] = Translator(self.model, self.pieces, data.max_length,
+                                                data.target_max_length, **decoding)
+        return self._translators[key]
 
     def evaluate(self, predict, examples, batch_size):
-        hypotheses = [None] * len(examples)
         total_nll, correct, count = 0.0, 0, 0
         for indices, x in self.eval_batches(examples, batch_size):
             _, labels, weights = self.collate([examples[i] for i in indices])
@@ -198,13 +206,14 @@ class Seq2SeqTask(BertTask):
             total_nll += float((nll * weights).sum())
             correct += int(((logits.argmax(-1) == labels) * weights).sum())
             count += int(weights.sum())
-            for row, ids in zip(indices, self.greedy_decode(predict, x)):
-                hypotheses[row] = self.words(ids)
-        references = [self.words(e["target_ids"]) for e in examples]
-        score = corpus_bleu(references, hypotheses)
+        hypotheses, seconds = self.translator().translate_ids(
+            [e["source_ids"] for e in examples], batch_size)
+        score = SACREBLEU.corpus_score(hypotheses, [[e["reference"] for e in examples]])
         mean_nll = total_nll / count
-        return {"bleu": 100.0 * score.bleu,
-                "bleu_precisions": [100.0 * p for p in score.precisions],
-                "brevity_penalty": score.brevity_penalty,
+        return {"bleu": score.score, "bleu_signature": str(SACREBLEU.get_signature()),
+                "bleu_precisions": list(score.precisions), "brevity_penalty": score.bp,
                 "perplexity": float(np.exp(mean_nll)), "loss": mean_nll,
-                "token_accuracy": correct / count, "pairs": len(examples)}
+                "token_accuracy": correct / count, "pairs": len(examples),
+                "decoding_sentences_per_second": round(len(examples) / seconds, 2),
+                "examples": [{"reference": examples[i]["reference"],
+                              "hypothesis": hypotheses[i]} for i in range(min(3, len(examples)))]}

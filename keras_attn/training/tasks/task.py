@@ -19,6 +19,7 @@ from keras_attn.runs.run_directory import output_count
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.labelled_examples import CALIBRATION_BATCH
 from keras_attn.text.labelled_examples import calibration_sample
+from keras_attn.text.vocabulary import DEFAULT_RESERVED_TOKENS
 from keras_attn.text.vocabulary import load_vocabulary
 from keras_attn.text.vocabulary import save_vocabulary
 from keras_attn.text.vocabulary import train_wordpiece_vocabulary
@@ -165,6 +166,9 @@ class Task(abc.ABC):
 class BertTask(Task):
     """Shared by the BERT tasks: the tokenizer vocabulary and the backbone."""
 
+    # The first tokens of a learned vocabulary (ids 0, 1, ...).
+    reserved_tokens = DEFAULT_RESERVED_TOKENS
+
     def vocabulary(self, training_texts):
         """Vocabulary tokens: the checkpoint's, the configured file, or learned from
         `training_texts()` (and saved as `vocab.txt` in the run directory)."""
@@ -180,7 +184,8 @@ class BertTask(Task):
         self.log(f"learning a {model.vocabulary_size}-token WordPiece vocabulary from "
                  f"{self.config.data.train}")
         tokens = train_wordpiece_vocabulary(
-            training_texts(), model.vocabulary_size, lowercase=model.lowercase, min_count=2
+            training_texts(), model.vocabulary_size, lowercase=model.lowercase, min_count=2,
+            reserved_tokens=self.reserved_tokens,
         )
         if self.write_files:
             self.output_dir.mkdir(parents=True, exist_ok=True)

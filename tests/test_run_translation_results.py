@@ -1,0 +1,72 @@
+"""training/run_translation_results.py on a tiny translation run (a few hundred Multi30k
+pairs): the section lands between its markers, the rest of the page is kept, rerunning
+replaces it, and the numbers are those of the run."""
+
+import json
+
+import pytest
+
+from keras_attn.training.config import TrainingConfig
+from keras_attn.training.trainer import train
+from tests import scripts
+from tests.resources import shared_data_file
+
+pytestmark = pytest.mark.tensorflow
+
+
+def multi30k(split, folder=None, lines=None):
+    """The Multi30k files of `split`, or copies of their first `lines` lines in `folder`."""
+    files = {side: shared_data_file(f"multi30k/{split}.{language}")
+             for side, language in (("source", "de"), ("target", "en"))}
+    if lines is None:
+        return {side: str(path) for side, path in files.items()}
+    for side, path in files.items():
+        head = path.read_text(encoding="utf-8").splitlines(keepends=True)[:lines]
+        files[side] = folder / path.name
+        files[side].write_text("".join(head), encoding="utf-8")
+    return {side: str(path) for side, path in files.items()}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("translation")
+    config = TrainingConfig.from_dict({
+        "task": "seq2seq", "output_dir": str(folder / "run"),
+        "data": {"train": multi30k("val"), "test": multi30k("test_2016_flickr", folder, 20),
+                 "max_train_examples": 300, "max_length": 24, "target_max_length": 12},
+        "model": {"preset": "attention_rnn_tiny", "vocabulary_size": 500, "lowercase": False},
+        "train": {"epochs": 1, "global_batch_size": 32, "learning_rate": 1e-3,
+                  "eval_num_beams": 2, "log_every_steps": 1000},
+    })
+    train(config)
+    return folder / "run"
+
+
+def test_section_between_markers_leaves_the_page_alone(tiny_run, tmp_path):
+    module = scripts.load_script("training/run_translation_results.py")
+    page = tmp_path / "results.md"
+    before = "# Results\n\nintro\n\n<!-- translation:begin -->\nold\n<!-- translation:end -->\n"
+    page.write_text(before + "\n## Later section\n", encoding="utf-8")
+    arguments = [str(tiny_run), "--results", str(page), "--speed-sentences", "6",
+                 "--beams", "2", "--test-source", str(shared_data_file(
+                     "multi30k/test_2016_flickr.de")), "--test-target", str(shared_data_file(
+                         "multi30k/test_2016_flickr.en"))]
+    assert module.main(arguments) == 0
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# Results\n\nintro\n\n<!-- translation:begin -->\n## Translation")
+    assert text.endswith("<!-- translation:end -->\n\n## Later section\n")
+    assert "old" not in text
+    metrics = json.loads((tiny_run / "metrics.json").read_text())
+    assert f"| {metrics['test']['bleu']:.2f} |" in text
+    assert metrics["test"]["bleu_signature"] in text
+    assert "| greedy, cache | greedy, no cache | beam 2, cache | beam 2, no cache |" in text
+    assert (tmp_path / "images" / "translation_alignment.png").is_file()
+    assert module.main(arguments + ["--picture", ""]) == 0
+    again = page.read_text(encoding="utf-8")
+    assert again.count("<!-- translation:begin -->") == 1 and "## Later section" in again
+
+
+def test_replace_section_appends_markers_when_missing():
+    module = scripts.load_script("training/run_translation_results.py")
+    assert module.replace_section("# Results\n", "new\n") == \
+        "# Results\n\n<!-- translation:begin -->\nnew\n<!-- translation:end -->\n"
