@@ -66,9 +66,12 @@ def sample_inputs(model, seed=0):
 
 
 def litert_outputs(path, x):
-    runner = Interpreter(path).get_signature_runner()
-    out = runner(**x)
-    return [out[f"output_{i}"] for i in range(len(out))]
+    """The signature's outputs in Keras' flattened order: `output_<i>` for one tensor,
+    the dict keys (sorted, as `keras.tree.flatten`) for dict outputs."""
+    out = Interpreter(path).get_signature_runner()(**x)
+    if "output_0" in out:
+        return [out[f"output_{i}"] for i in range(len(out))]
+    return [out[name] for name in sorted(out)]
 
 
 def onnx_outputs(path, x):
@@ -76,19 +79,7 @@ def onnx_outputs(path, x):
     return session.run(None, {i.name: x[i.name] for i in session.get_inputs()})
 
 
-# Keras' LiteRT converter still leaves `FlexStridedSlice` ops (not in the LiteRT builtins)
-# in these graphs, and their dict outputs are not named `output_<i>`; `keras-attn export`
-# handles them. Strict: a fix turns these into failures to remove from the list.
-LITERT_NOT_YET = {"bert_crf_tagger", "transformer_xl_lm", "xlnet_classifier", "xlnet_lm",
-                  "xlnet_token_classifier"}
-
-
-@pytest.mark.parametrize("family", [
-    pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, reason="model.export(format='litert') leaves Flex ops: use keras-attn export",
-    )) if name in LITERT_NOT_YET else name
-    for name in sorted(FAMILIES)
-])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_model_export_litert_and_onnx_give_the_keras_outputs(family, tmp_path, caplog):
     keras.utils.set_random_seed(0)
     model = FAMILIES[family]()

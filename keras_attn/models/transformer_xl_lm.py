@@ -199,6 +199,7 @@ class TransformerXLLM(ModelConfig, keras.Model):
                 f"next_{name}" if name in self.input else name: value
                 for name, value in outputs.items()
             }, name=self.name)
+            model(self.input)  # Keras exports only models that were called
         return keras.Model.export(model, filepath, format=format, verbose=verbose,
                                   input_signature=input_signature, **kwargs)
 

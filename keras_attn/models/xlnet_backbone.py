@@ -124,7 +124,7 @@ class XLNetBackbone(ModelConfig, keras.Model):
             "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
             "padding_mask": keras.Input((None,), dtype="int32", name="padding_mask"),
         }
-        visible = ops.cast(inputs["padding_mask"], "bool")[:, None, :]  # (B, 1, T)
+        visible = ops.expand_dims(ops.cast(inputs["padding_mask"], "bool"), 1)  # (B, 1, T)
         query_stream = target_mapping = None
         if two_stream:
             inputs["permutation_mask"] = keras.Input(
