@@ -3,6 +3,7 @@ files run on LiteRT and onnxruntime and give the Keras outputs (float32 path tol
 the ONNX graph has only ONNX operators (the exact GELU is written with `erf`)."""
 
 import logging
+import warnings
 
 import keras
 import numpy as np
@@ -101,3 +102,24 @@ def test_model_export_litert_and_onnx_give_the_keras_outputs(family, tmp_path, c
     assert domains <= {"", "ai.onnx"}, domains  # ONNX operators only, no TF leftovers
     for got, want in zip(onnx_outputs(path, x), expected, strict=True):
         np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_model_quantize_int8_without_a_warning_storm(family):
+    keras.utils.set_random_seed(0)
+    model = FAMILIES[family]()
+    x = sample_inputs(model)
+    expected = keras.tree.flatten(model.predict(x, verbose=0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.quantize("int8")
+    # numpy 2's `__array__(copy=...)` deprecation comes from inside TensorFlow: not ours.
+    ours = [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]
+    assert len(ours) <= 1, ours  # at most the one summary of weights left float
+    assert all("keeps the weight matrices" in message for message in ours)
+    kernels = [w for w in model.weights if w.path.endswith("/kernel")]
+    assert kernels and all(keras.backend.standardize_dtype(w.dtype) == "int8" for w in kernels)
+    for got, want in zip(keras.tree.flatten(model.predict(x, verbose=0)), expected, strict=True):
+        if np.issubdtype(np.asarray(want).dtype, np.floating):
+            # int8 weights with per-channel scales: within 5 % of the output's range.
+            assert np.abs(got - want).max() <= 0.05 * np.abs(want).max() + 1e-3
