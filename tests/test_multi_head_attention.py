@@ -1,5 +1,7 @@
 import re
+import zipfile
 
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -567,12 +569,12 @@ def test_flash_attention_is_honoured_as_in_keras():
 
 def test_documented_differences_and_how_to_get_keras_behaviour():
     reference, ours = keras_pair(X[:, :3], X)  # T = 3 queries, S = 5 keys
-    keras_causal = np.tril(np.ones((3, 5), bool))  # Keras aligns query 0 with key 0
-    assert_same(ours(X[:, :3], X, attention_mask=keras_causal),
-                reference(X[:, :3], X, use_causal_mask=True))
-    ours_causal = np.tril(np.ones((3, 5), bool), k=2)  # ours: query 2 is the last key
+    # Causal and sliding-window masks with T != S: query i sits at key i, as in Keras.
     assert_same(ours(X[:, :3], X, use_causal_mask=True),
-                reference(X[:, :3], X, attention_mask=ours_causal))
+                reference(X[:, :3], X, use_causal_mask=True))
+    keras_causal = np.tril(np.ones((3, 5), bool))  # query 0 sees key 0 only
+    assert_same(ours(X[:, :3], X, use_causal_mask=True),
+                reference(X[:, :3], X, attention_mask=keras_causal))
     # A query that may see no key: zero attention output (only the output bias) in ours.
     blind = np.ones((2, 3, 5), bool)
     blind[:, 1] = False
@@ -641,3 +643,86 @@ def test_cross_attention_cache_with_other_encoder_width():
     spec, _ = layer.compute_output_spec(keras.KerasTensor((None, 1, 8)),
                                         cache=keras.KerasTensor((None, 2, 7, 2, 4)))
     assert spec.shape == (None, 1, 8)
+
+
+def keras_style_cached_attention(base):
+    """keras-hub's `CachedMultiHeadAttention` pattern on `base`, written against Keras' private
+    surface only: it overrides `call` (a key/value cache) and `_compute_attention` (scores at
+    temperature 2 through `_masked_softmax` and Keras' einsum equations)."""
+
+    class CachedAttention(base):
+        def call(self, query, value, key=None, attention_mask=None, cache=None,
+                 cache_update_index=None, training=None):
+            key = value if key is None else key
+            query = self._query_dense(query)
+            key_update, value_update = self._key_dense(key), self._value_dense(value)
+            start = [0, cache_update_index, 0, 0]
+            key = ops.slice_update(cache[:, 0], start, key_update)
+            value = ops.slice_update(cache[:, 1], start, value_update)
+            cache = ops.stack((key, value), axis=1)
+            output, _ = self._compute_attention(
+                query=query, key=key, value=value, attention_mask=attention_mask,
+                training=training,
+            )
+            return self._output_dense(output), cache
+
+        def _compute_attention(self, query, key, value, attention_mask=None, training=None,
+                               return_attention_scores=False):
+            query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
+            scores = ops.einsum(self._dot_product_equation, key, query)
+            scores = self._masked_softmax(scores / 2.0, attention_mask)
+            dropped = self._dropout_layer(scores, training=training)
+            return ops.einsum(self._combine_equation, dropped, value), scores
+
+    return CachedAttention
+
+
+def test_keras_style_subclass_runs_on_ours_with_keras_numbers():
+    reference = keras_style_cached_attention(keras.layers.MultiHeadAttention)(2, 4)
+    ours = keras_style_cached_attention(MultiHeadAttention)(2, 4)
+    cache = np.zeros((2, 2, 5, 2, 4), "float32")
+    step_mask = np.ones((2, 1, 5), bool)
+    for layer in (reference, ours):
+        layer(X[:, :1], X[:, :1], attention_mask=step_mask, cache=cache, cache_update_index=0)
+    ours.set_weights(reference.get_weights())
+    assert [w.path.split("/")[-2] for w in ours.weights] == [
+        w.path.split("/")[-2] for w in reference.weights]  # query, key, value, attention_output
+    caches = {id(reference): cache, id(ours): cache}
+    for t in range(5):
+        visible = np.broadcast_to(np.arange(5) <= t, (2, 1, 5))  # keys written so far
+        outputs = []
+        for layer in (reference, ours):
+            y, caches[id(layer)] = layer(X[:, t:t + 1], X[:, t:t + 1], attention_mask=visible,
+                                         cache=caches[id(layer)], cache_update_index=t)
+            outputs.append(ops.convert_to_numpy(y))
+        np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5)
+    np.testing.assert_allclose(caches[id(ours)], caches[id(reference)], atol=1e-5)
+    # Decoding step by step with the cache equals attending over the whole sequence at once.
+    causal = np.tril(np.ones((5, 5), bool))[None]
+    full, _ = ours(X, X, attention_mask=causal, cache=np.zeros_like(cache), cache_update_index=0)
+    np.testing.assert_allclose(ops.convert_to_numpy(full)[:, -1:], outputs[1], atol=1e-5)
+
+
+def test_keras_private_names_are_ours():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, use_gate=True, sliding_window=3)
+    layer(X)
+    for name in ("query", "key", "value", "gate", "output"):
+        assert getattr(layer, f"_{name}_dense") is getattr(layer, f"{name}_dense")
+    assert (layer._num_heads, layer._key_dim, layer._sliding_window) == (2, 4, 3)
+    with pytest.raises(ValueError, match="argument `num_heads`.*positive integer"):
+        MultiHeadAttention(num_heads=1.5, key_dim=4)
+
+
+def test_keras_files_keep_the_public_sublayer_names(tmp_path):
+    """Keras' saving visits public attributes first, so `.keras` files written before the
+    sublayers moved to Keras' private names still load."""
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, MultiHeadAttention(num_heads=2, key_dim=4)(inputs, inputs))
+    model.save(tmp_path / "model.keras")
+    with zipfile.ZipFile(tmp_path / "model.keras") as archive:
+        archive.extract("model.weights.h5", tmp_path)
+    with h5py.File(tmp_path / "model.weights.h5") as weights:
+        paths = []
+        weights.visit(paths.append)
+    sublayers = {p.split("/")[-1] for p in paths if p.endswith("_dense")}
+    assert sublayers == {"query_dense", "key_dense", "value_dense", "output_dense"}

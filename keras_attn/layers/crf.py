@@ -161,12 +161,12 @@ class CRF(keras.layers.Layer):
             alpha, gold, previous = carry  # (B, K), (B,), (B,)
             emitted = _pick(emission, tag)  # (B,) E[t, y_t]
             # alpha_i[j] = logsumexp_k(alpha_{i-1}[k] + A[k, j]) + E[t_i, j]
-            chained = ops.logsumexp(alpha[:, :, None] + transitions, axis=1)  # (B, K)
+            chained = ops.logsumexp(ops.expand_dims(alpha, 2) + transitions, axis=1)  # (B, K)
             bigram = ops.take(ops.reshape(transitions, (-1,)), previous * k + tag)  # (B,)
-            first_col = is_first[:, None]  # (B, 1)
+            first_col = ops.expand_dims(is_first, 1)  # (B, 1)
             new_alpha = ops.where(first_col, start, chained) + emission  # (B, K)
             new_gold = gold + ops.where(is_first, ops.take(start, tag), bigram) + emitted
-            real_col = real[:, None]  # (B, 1)
+            real_col = ops.expand_dims(real, 1)  # (B, 1)
             return (
                 ops.where(real_col, new_alpha, alpha),
                 ops.where(real, new_gold, gold),
@@ -255,14 +255,14 @@ def viterbi_decode(
     )  # (B, K)
 
     # Flags with a trailing axis, made once rather than at every step.
-    real = mask[:, :, None]  # (T, B, 1)
-    is_first = first[:, :, None]  # (T, B, 1)
+    real = ops.expand_dims(mask, 2)  # (T, B, 1)
+    is_first = ops.expand_dims(first, 2)  # (T, B, 1)
     # Elsewhere the backpointer is the identity, so the walk back carries the tag of the
     # next real token through skipped positions.
     follows = real & ~is_first  # (T, B, 1) a real token after a real token
 
     def forward(delta, emission, real, is_first, follows):
-        candidates = delta[:, :, None] + transitions  # (B, K_prev, K)
+        candidates = ops.expand_dims(delta, 2) + transitions  # (B, K_prev, K)
         best, backpointer = _max_and_argmax(candidates, axis=1)  # (B, K), (B, K)
         new_delta = ops.where(is_first, start, best) + emission  # (B, K)
         backpointer = ops.where(follows, backpointer, identity)  # (B, K)
@@ -328,7 +328,7 @@ def _pick(values, index):
     # Not `take_along_axis`: on TensorFlow it broadcasts through SHAPE / MAXIMUM / FILL /
     # BROADCAST_TO ops, which would run at every step of the exported loop.
     tags = ops.arange(values.shape[-1], dtype="int32")  # (K,)
-    return ops.sum(ops.where(tags == index[:, None], values, 0), axis=1)
+    return ops.sum(ops.where(tags == ops.expand_dims(index, 1), values, 0), axis=1)
 
 
 def _loop(step, carry, sequences, unroll, reverse=False, output=None):

@@ -8,11 +8,21 @@ from keras_attn.layers.attention_axes import normalize_attention_axes
 from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.attention_mask import merge_attention_masks
 from keras_attn.layers.rotary_embedding import RotaryEmbedding
+from keras_attn.layers.scaled_dot_product_attention import masked_softmax
 from keras_attn.layers.scaled_dot_product_attention import scaled_dot_product_attention
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.layers.validation import check_same_sizes
 from keras_attn.layers.validation import clone_initializer
+
+
+# Keras' words first, as its layer raises it.
+_FLASH_SCORES_ERROR = (
+    "Returning attention scores is not supported when flash attention is enabled. Please "
+    "disable flash attention to access attention scores: call with "
+    "`return_attention_scores=False` or build the layer with `flash_attention=False`. "
+    "Received: return_attention_scores=True"
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -39,23 +49,25 @@ class MultiHeadAttention(keras.layers.Layer):
     `(B, 2, S_max, H, d_k)`, `[:, 0]` keys and `[:, 1]` values.
 
     A drop-in for `keras.layers.MultiHeadAttention` (Keras 3.15): every constructor and
-    call argument of Keras' layer, in Keras' order, with Keras' numbers, except two
-    deliberate differences:
+    call argument of Keras' layer, in Keras' order, with Keras' numbers, and Keras' private
+    surface that subclasses and Keras itself use (`_query_dense`, `_key_dense`,
+    `_value_dense`, `_output_dense`, `_gate_dense` sublayers, `_sliding_window` and the
+    other settings under Keras' private names, `_build_attention`, `_masked_softmax`,
+    `_compute_attention`): Keras' own test file for the layer passes on this one
+    (`tests/test_multi_head_attention_keras_suite.py`). Deliberate differences:
 
-    - `use_causal_mask` (and `sliding_window`) with `T != S` keys: query `i` sits at key
-      position `S - T + i` (the queries are the last `T` positions, as when decoding after
-      a prefix); Keras puts it at `i`. For Keras' mask pass
-      `attention_mask=np.tril(np.ones((T, S), bool))` instead.
     - A query that may see no key gets a zero attention output (the layer then outputs
       the output bias) and zero probabilities; Keras averages all values. For Keras'
       numbers leave one key visible on such rows.
-
-    With several `attention_axes` the inputs are folded to one sequence axis (the other
-    axes join the batch; see `AxesFolding`): causal and sliding-window masks and Keras
-    masks then count positions row-major over the attention axes.
+    - `_compute_attention` always receives `(B, T, H, d)` tensors: with several
+      `attention_axes` the inputs are folded to one sequence axis first (the other axes
+      join the batch; see `AxesFolding`), so causal and sliding-window masks and Keras
+      masks count positions row-major over the attention axes.
 
     Override hook: subclasses change how per-head scores are formed by overriding
-    `_compute_attention` (see `RelativeMultiHeadAttention`, `ShawRelativeAttention`).
+    `_compute_attention`, with Keras' signature (see `RelativeMultiHeadAttention`,
+    `ShawRelativeAttention`); `call` passes our extras (`attention_bias`,
+    `query_start_index`) only when they are set.
 
     Args:
         num_heads: int, number of heads `H`.
@@ -125,6 +137,10 @@ class MultiHeadAttention(keras.layers.Layer):
     (1, 3, 8)
     """
 
+    # Without a cache, query `i` sits at key position `i` (Keras); subclasses whose keys are
+    # `[memory; segment]` set this to put the queries last (`S - T + i`).
+    _queries_end_aligned = False
+
     def __init__(
         self,
         num_heads,
@@ -150,10 +166,10 @@ class MultiHeadAttention(keras.layers.Layer):
         rotary_max_wavelength=None,
         **kwargs,
     ):
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("key_dim", key_dim)
-        if value_dim is not None:
-            check_positive_int("value_dim", value_dim)
+        for name, size in (("num_heads", num_heads), ("key_dim", key_dim),
+                           ("value_dim", value_dim)):
+            if size is not None or name != "value_dim":
+                _check_argument(name, size)
         check_rate("dropout", dropout)
         output_shape = _output_shape(output_shape, output_dim)
         attention_axes = _attention_axes(attention_axes)
@@ -173,8 +189,9 @@ class MultiHeadAttention(keras.layers.Layer):
         use_flash = bool(flash_attention or keras.config.is_flash_attention_enabled())
         if use_flash and dropout > 0.0:
             raise ValueError(
-                "Flash attention has no attention dropout: set `dropout=0.0` or "
-                f"`flash_attention=False`. Received: dropout={dropout}, flash_attention=True"
+                "Dropout is not supported when flash attention is enabled: flash attention "
+                "has no attention dropout, set `dropout=0.0` or `flash_attention=False`. "
+                f"Received: dropout={dropout}, flash_attention=True"
             )
         super().__init__(**kwargs)
         self.num_heads = num_heads
@@ -222,24 +239,22 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.fused_qkv:
             self._build_fused(query_shape, value_shape, key_shape)
         else:
-            self.query_dense = self._projection("query", (H, dk), query_dim)
-            self.key_dense = self._projection("key", (H, dk), key_dim)
+            self._query_dense = self._projection("query", (H, dk), query_dim)
+            self._key_dense = self._projection("key", (H, dk), key_dim)
         if self.use_gate:
             # Gated attention (Qiu et al., 2025): output heads * sigmoid(query W_g + b_g).
-            self.gate_dense = self._projection("gate", (H, dv), query_dim, "sigmoid")
+            self._gate_dense = self._projection("gate", (H, dv), query_dim, "sigmoid")
         if not self.fused_qkv:
-            self.value_dense = self._projection("value", (H, dv), value_dim)
+            self._value_dense = self._projection("value", (H, dv), value_dim)
         out_shape = self._output_shape or (query_dim,)
         out = "efgh"[: len(out_shape)]
-        self.output_dense = keras.layers.EinsumDense(
+        self._output_dense = keras.layers.EinsumDense(
             f"abcd,cd{out}->ab{out}", output_shape=(None, *out_shape),
             bias_axes=out if self.use_bias else None, name="attention_output",
             **self._dense_kwargs(),
         )
-        self.output_dense.build((None, None, H, dv))
-        self.dropout_layer = keras.layers.Dropout(
-            self.dropout, seed=self.seed, dtype=self.dtype_policy
-        )
+        self._output_dense.build((None, None, H, dv))
+        self._build_attention(4)  # `_compute_attention` sees (B, T, H, d) tensors
         self.rotary_embedding = (
             RotaryEmbedding(
                 max_wavelength=self.rotary_max_wavelength, dtype=self.dtype_policy,
@@ -248,6 +263,82 @@ class MultiHeadAttention(keras.layers.Layer):
             if self.rotary_max_wavelength is not None else None
         )
         self.built = True
+
+    def _build_attention(self, rank):
+        """Keras' hook: builds what `_compute_attention` and its overrides use.
+
+        `_compute_attention` always receives `(B, T, H, d)` tensors (several attention axes
+        are folded into one first, see `AxesFolding`), so `rank` is 4 and attention runs
+        over axis 1, with Keras' equations for that case: `_dot_product_equation`
+        `(B, S, H, dk), (B, T, H, dk) -> (B, H, T, S)` and `_combine_equation`
+        `(B, H, T, S), (B, S, H, dv) -> (B, T, H, dv)`; `_dropout_layer` drops
+        probabilities.
+        """
+        if rank != 4:
+            raise ValueError(
+                "`_compute_attention` of keras_attn's MultiHeadAttention receives "
+                "(batch, length, num_heads, head_dim) tensors whatever the inputs' rank (the "
+                "attention axes are folded into one), so `_build_attention` takes rank 4. "
+                f"Received: rank={rank}"
+            )
+        self._dot_product_equation = "aecd,abcd->acbe"
+        self._combine_equation = "acbe,aecd->abcd"
+        self._dropout_layer = keras.layers.Dropout(
+            self.dropout, seed=self.seed, dtype=self.dtype_policy
+        )
+
+    # === Keras' names ===
+    # Keras' layer keeps its sublayers and settings under private names, which Keras-style
+    # subclasses, `quantize`, dtype-policy maps and Keras' tests use; ours are public. `.keras`
+    # files keep the public paths (Keras' saving visits public attributes first).
+
+    @property
+    def query_dense(self):
+        """The query projection `W^Q` (`EinsumDense`, kernel `(d_query, H, d_k)`)."""
+        return self._query_dense
+
+    @property
+    def key_dense(self):
+        """The key projection `W^K` (`EinsumDense`, kernel `(d_key, H, d_k)`)."""
+        return self._key_dense
+
+    @property
+    def value_dense(self):
+        """The value projection `W^V` (`EinsumDense`, kernel `(d_value, H, d_v)`)."""
+        return self._value_dense
+
+    @property
+    def gate_dense(self):
+        """The gate projection of `use_gate=True` (`EinsumDense`, sigmoid activation)."""
+        return self._gate_dense
+
+    @property
+    def output_dense(self):
+        """The output projection `W^O` (`EinsumDense`, kernel `(H, d_v, *output_shape)`)."""
+        return self._output_dense
+
+    @property
+    def dropout_layer(self):
+        """The attention-probability `Dropout`."""
+        return self._dropout_layer
+
+    _num_heads = property(lambda self: self.num_heads)
+    _key_dim = property(lambda self: self.key_dim)
+    _value_dim = property(lambda self: self.value_dim)
+    _dropout = property(lambda self: self.dropout)
+    _use_bias = property(lambda self: self.use_bias)
+    _use_gate = property(lambda self: self.use_gate)
+    _sliding_window = property(lambda self: self.sliding_window)
+    _kernel_initializer = property(lambda self: self.kernel_initializer)
+    _bias_initializer = property(lambda self: self.bias_initializer)
+    _kernel_regularizer = property(lambda self: self.kernel_regularizer)
+    _bias_regularizer = property(lambda self: self.bias_regularizer)
+    _kernel_constraint = property(lambda self: self.kernel_constraint)
+    _bias_constraint = property(lambda self: self.bias_constraint)
+    _flash_attention = property(lambda self: self._use_flash_attention)
+    _inverse_sqrt_key_dim = property(lambda self: 1.0 / math.sqrt(self.key_dim))
+    # The attention axis of the `(B, T, H, d)` tensors `_compute_attention` receives.
+    _attention_axes = property(lambda self: (1,))
 
     def _build_fused(self, query_shape, value_shape, key_shape):
         query_dim = query_shape[-1]
@@ -347,12 +438,12 @@ class MultiHeadAttention(keras.layers.Layer):
         if len(query.shape) == 3 and axes == (1,):
             output, scores, cache = self._attend(
                 query, value, key, query_mask, key_padding, attention_mask, attention_bias,
-                use_causal_mask, cache, cache_update_index, training,
+                use_causal_mask, cache, cache_update_index, training, return_attention_scores,
             )
         else:
             output, scores = self._attend_over_axes(
                 axes, query, value, key, query_mask, key_padding, attention_mask,
-                use_causal_mask, training,
+                use_causal_mask, training, return_attention_scores,
             )
         result = (output,)
         if return_attention_scores:
@@ -363,7 +454,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _attend(
         self, query, value, key, query_mask, key_padding, attention_mask, attention_bias,
-        use_causal_mask, cache, cache_update_index, training,
+        use_causal_mask, cache, cache_update_index, training, return_attention_scores,
     ):
         """Attention on rank-3 inputs; returns `(output, scores, cache)`."""
         self_attention = value is query
@@ -398,13 +489,17 @@ class MultiHeadAttention(keras.layers.Layer):
             ops.shape(q)[1], ops.shape(k)[1],
             query_mask=query_mask, key_mask=and_masks(*key_padding),
             attention_mask=attention_mask, use_causal_mask=use_causal_mask,
-            sliding_window=self.sliding_window, query_start_index=start,
+            sliding_window=self.sliding_window, query_start_index=self._mask_start(start),
         )
 
         # === Attend, gate and merge heads ===
+        # Keras' positional call; our extras only when set, so Keras-style overrides (which
+        # take neither) keep working.
+        extras = {name: value for name, value in (
+            ("attention_bias", attention_bias), ("query_start_index", start)
+        ) if value is not None}
         output, scores = self._compute_attention(
-            q, k, v, attention_mask=mask, attention_bias=attention_bias,
-            query_start_index=start, training=training,
+            q, k, v, mask, training, return_attention_scores, **extras
         )  # (B, T, H, dv), (B, H, T, S)
         if self.use_gate:
             output = output * self.gate_dense(query)  # (B, T, H, dv)
@@ -413,7 +508,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _attend_over_axes(
         self, axes, query, value, key, query_mask, key_padding, attention_mask,
-        use_causal_mask, training,
+        use_causal_mask, training, return_attention_scores,
     ):
         """Attention over `axes` of N-D inputs: fold to rank 3, attend, unfold."""
         folding = AxesFolding(len(query.shape), axes)
@@ -431,7 +526,7 @@ class MultiHeadAttention(keras.layers.Layer):
             )  # (B', T, S) or (B', H, T, S)
         output, scores, _ = self._attend(
             folded_query, folded_value, folded_key, query_mask, key_padding, attention_mask,
-            None, use_causal_mask, None, None, training,
+            None, use_causal_mask, None, None, training, return_attention_scores,
         )  # (B', T, *output_shape), (B', H, T, S)
         output = folding.unfold(output, query_lead)  # (B, *query dims, *output_shape)
         if scores is not None:
@@ -439,24 +534,41 @@ class MultiHeadAttention(keras.layers.Layer):
         return output, scores
 
     def _compute_attention(
-        self, query, key, value, attention_mask=None, attention_bias=None,
-        query_start_index=None, training=None,
+        self, query, key, value, attention_mask=None, training=None,
+        return_attention_scores=False, use_causal_mask=False, attention_bias=None,
+        query_start_index=None,
     ):
-        """The override hook: per-head attention on projected tensors.
+        """The override hook: per-head attention on projected tensors (Keras' signature).
+
+        `call` merges every mask source (the causal one included) into `attention_mask`
+        before calling it, so an override only receives `use_causal_mask=True` when it is
+        called directly. Our extras come after Keras' arguments and `call` passes them
+        only when set, so an override with Keras' signature works.
 
         Args:
             query: `(B, T, H, d_k)`. key: `(B, S, H, d_k)`. value: `(B, S, H, d_v)`.
-            attention_mask: boolean broadcastable to `(B, T, S)`, or `None`.
-            attention_bias: float broadcastable to `(B, H, T, S)`, or `None`.
-            query_start_index: absolute position of query 0 among the keys (`None`:
-                aligned with the end of the keys). Relative-position subclasses use it.
+            attention_mask: boolean broadcastable to `(B, T, S)` or `(B, H, T, S)`, or
+                `None`.
             training: bool, enables attention dropout.
+            return_attention_scores: bool, whether the caller uses the probabilities.
+                They are formed anyway, except by flash attention, which refuses it.
+            use_causal_mask: bool, AND the causal mask (query `i` at key position
+                `query_start_index + i`, `i` without an index) into `attention_mask`.
+            attention_bias: float broadcastable to `(B, H, T, S)`, or `None`.
+            query_start_index: with a cache, the absolute position of query 0 among the
+                keys; `None` otherwise. Relative-position subclasses use it.
 
         Returns:
-            `(output, probabilities)`: `(B, T, H, d_v)` and `(B, H, T, S)`.
+            `(output, probabilities)`: `(B, T, H, d_v)` and `(B, H, T, S)` (`None` with
+            flash attention).
         """
-        scale = 1.0 / math.sqrt(self.key_dim)
+        scale = self._inverse_sqrt_key_dim
+        attention_mask = self._add_causal_mask(
+            query, key, attention_mask, use_causal_mask, query_start_index
+        )  # (B, T, S) or (B, H, T, S)
         if self._use_flash_attention:
+            if return_attention_scores:
+                raise ValueError(_FLASH_SCORES_ERROR)
             # The backend's fused kernel, as Keras: no probabilities, a fully masked query
             # row averages all values (see the class docstring).
             if attention_mask is not None and len(attention_mask.shape) == 3:
@@ -471,8 +583,36 @@ class MultiHeadAttention(keras.layers.Layer):
         return scaled_dot_product_attention(
             query, key, value, attention_mask=attention_mask,
             attention_bias=attention_bias, scale=scale,
-            dropout=lambda p: self.dropout_layer(p, training=training),
+            dropout=lambda p: self._dropout_layer(p, training=training),
         )
+
+    def _mask_start(self, query_start_index):
+        """The position of query 0 among the keys for masks: the cache index when given;
+        else `0` as in Keras, or `None` (the queries are the last keys) for
+        `_queries_end_aligned` subclasses."""
+        if query_start_index is None and not self._queries_end_aligned:
+            return 0
+        return query_start_index
+
+    def _add_causal_mask(self, query, key, attention_mask, use_causal_mask, query_start_index):
+        """`attention_mask` AND the causal mask when `_compute_attention` is asked for it."""
+        if not use_causal_mask:
+            return attention_mask
+        return merge_attention_masks(
+            ops.shape(query)[1], ops.shape(key)[1], attention_mask=attention_mask,
+            use_causal_mask=True, query_start_index=self._mask_start(query_start_index),
+        )  # (B, T, S) or (B, H, T, S)
+
+    def _masked_softmax(self, attention_scores, attention_mask=None):
+        """Keras' hook: softmax over keys of `(B, H, T, S)` scores under a boolean mask.
+
+        `attention_mask` `(B, T, S)` (or `(T, S)`) is broadcast over heads, as Keras does.
+        A row whose keys are all masked gets zero probabilities (Keras: uniform ones).
+        """
+        if attention_mask is not None:
+            while len(attention_mask.shape) < len(attention_scores.shape):
+                attention_mask = ops.expand_dims(attention_mask, -3)  # (B, 1, T, S)
+        return masked_softmax(attention_scores, attention_mask)
 
     def _project(self, query, key, value, self_attention, skip_kv=False):
         """Per-head projections; `skip_kv` when keys/values come from a cross cache."""
@@ -537,12 +677,13 @@ class MultiHeadAttention(keras.layers.Layer):
         rank = len(query_shape)
         if rank < 3 or len(value_shape) != rank or len(key_shape) != rank:
             raise ValueError(
-                "`query`, `value` and `key` must have the same rank, at least 3: (batch, "
-                "<positions...>, features). Received: "
+                "`query`, `value` and `key` must have the same rank (the ranks must be equal), "
+                "at least 3: (batch, <positions...>, features). Received: "
                 f"query.shape={query_shape}, value.shape={value_shape}, key.shape={key_shape}"
             )
         check_same_sizes("key", key_shape, "value", value_shape, range(rank - 1),
-                         "one key per value position")
+                         "one key per value position: all dimensions of `value` and `key`, "
+                         "except the last one, must be equal")
         axes = normalize_attention_axes(self.attention_axes, rank)
         others = [0] + [a for a in range(1, rank - 1) if a not in axes]
         check_same_sizes(
@@ -578,11 +719,7 @@ class MultiHeadAttention(keras.layers.Layer):
             query.shape, value.shape, key.shape, query_only=cache is not None
         )
         if self._use_flash_attention and return_attention_scores:
-            raise ValueError(
-                "Flash attention never forms the attention probabilities: call with "
-                "`return_attention_scores=False` or build the layer with "
-                "`flash_attention=False`. Received: return_attention_scores=True"
-            )
+            raise ValueError(_FLASH_SCORES_ERROR)
         if len(query.shape) != 3 or axes != (1,):
             for name, given in (("cache", cache), ("attention_bias", attention_bias),
                                 ("rotary_max_wavelength", self.rotary_max_wavelength)):
@@ -695,13 +832,21 @@ class MultiHeadAttention(keras.layers.Layer):
         return config
 
 
+def _check_argument(name, size):
+    """`check_positive_int` in Keras' words ("invalid value for argument `num_heads`")."""
+    try:
+        check_positive_int(name, size)
+    except ValueError as error:
+        raise ValueError(f"Received an invalid value for argument `{name}`: {error}") from None
+
+
 def _output_shape(output_shape, output_dim):
     """`output_shape` (Keras: int, tuple or list) merged with its alias `output_dim`."""
     if isinstance(output_shape, int) and not isinstance(output_shape, bool):
         output_shape = (output_shape,)
     if output_shape is not None and not isinstance(output_shape, (list, tuple)):
         raise ValueError(
-            "`output_shape` must be an int, a tuple or a list of ints. "
+            "Invalid `output_shape`: it must be an int, a tuple or a list of ints. "
             f"Received: output_shape={output_shape!r}"
         )
     output_shape = tuple(output_shape) if output_shape else None  # () means the default

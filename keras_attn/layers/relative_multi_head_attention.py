@@ -158,6 +158,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     (1, 3, 8)
     """
 
+    # The keys are `[memory; segment]`: the queries are the last `T` of them.
+    _queries_end_aligned = True
+
     def __init__(self, num_heads, key_dim, **kwargs):
         for name, reason in _UNSUPPORTED.items():
             value = kwargs.pop(name, None)
@@ -233,14 +236,18 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         )
 
     def _compute_attention(
-        self, query, key, value, attention_mask=None, attention_bias=None,
-        query_start_index=None, training=None,
+        self, query, key, value, attention_mask=None, training=None,
+        return_attention_scores=False, use_causal_mask=False, attention_bias=None,
+        query_start_index=None,
     ):
         """The four Transformer-XL terms on projected `(B, T, H, d_k)` / `(B, S, H, d_k)`.
 
         There is no cache, so `query_start_index` is always `None`: the queries are the
         last `T` of the `S` keys, which is what `relative_shift` assumes.
         """
+        attention_mask = self._add_causal_mask(
+            query, key, attention_mask, use_causal_mask, query_start_index
+        )  # (B, T, S) or (B, H, T, S)
         query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
         scale = 1.0 / math.sqrt(self.key_dim)
         u = ops.cast(self.content_bias, query.dtype)  # (H, dk)

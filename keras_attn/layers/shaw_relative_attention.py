@@ -117,10 +117,14 @@ class ShawRelativeAttention(MultiHeadAttention):
     # === Call ===
 
     def _compute_attention(
-        self, query, key, value, attention_mask=None, attention_bias=None,
-        query_start_index=None, training=None,
+        self, query, key, value, attention_mask=None, training=None,
+        return_attention_scores=False, use_causal_mask=False, attention_bias=None,
+        query_start_index=None,
     ):
         """Shaw et al.'s scores and outputs on projected `(B, T, H, d)` tensors."""
+        attention_mask = self._add_causal_mask(
+            query, key, attention_mask, use_causal_mask, query_start_index
+        )  # (B, T, S) or (B, H, T, S)
         relative_keys, relative_values = self.relative_embeddings(
             ops.shape(query)[1], ops.shape(key)[1], query_start_index
         )  # (T, S, dk), (T, S, dv)

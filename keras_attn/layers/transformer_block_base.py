@@ -11,6 +11,8 @@ Users build models from the public blocks; subclass `TransformerBlockBase` only 
 a new block with the same arguments.
 """
 
+import math
+
 import keras
 from keras import ops
 
@@ -155,18 +157,37 @@ def gelu_approximate(x):
     return keras.activations.gelu(x, approximate=True)
 
 
+@keras.saving.register_keras_serializable(package="keras_attn")
+def gelu_erf(x):
+    """The exact GELU (Hendrycks & Gimpel, 2016) written with `erf`, as BERT's and XLNet's
+    checkpoints compute it:
+
+        gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))
+
+    `keras.activations.gelu` computes the same function as `0.5 x erfc(-x / sqrt(2))` on
+    TensorFlow, and `Erfc` has no ONNX operator, so `model.export(format="onnx")` would
+    leave it unconverted; `Erf` converts (ONNX opset 9) and runs on LiteRT.
+    """
+    x = ops.convert_to_tensor(x)
+    return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))
+
+
 def get_activation(identifier):
-    """A Keras activation, plus the `"gelu_approximate"` name for `gelu_approximate`."""
+    """A Keras activation, plus the `"gelu_approximate"` name for `gelu_approximate`;
+    the exact `"gelu"` is `gelu_erf` (it exports to ONNX)."""
     if identifier == "gelu_approximate":
         return gelu_approximate
-    return keras.activations.get(identifier)
+    activation = keras.activations.get(identifier)
+    return gelu_erf if activation is keras.activations.gelu else activation
 
 
 def serialize_activation(activation):
     """The config form of an activation from `get_activation`."""
-    # A readable name in configs for our own activation; Keras' form for the rest.
+    # Readable names in configs for our own activations; Keras' form for the rest.
     if activation is gelu_approximate:
         return "gelu_approximate"
+    if activation is gelu_erf:
+        return "gelu"
     return keras.activations.serialize(activation)
 
 

@@ -113,7 +113,7 @@ class TwoStreamRelativeAttention(RelativeMultiHeadAttention):
             s = ops.cast(self.segment_embedding, q.dtype)  # (2, H, dk)
             scores = ops.einsum("bthd,shd->bhts", q + u, s)  # (B, H, T, 2)
             bias = ops.where(
-                different[:, None], scores[..., 1:], scores[..., :1]
+                ops.expand_dims(different, 1), scores[..., 1:], scores[..., :1]
             )  # (B, H, T, S)
             bias = bias * ops.cast(1.0 / math.sqrt(self.key_dim), bias.dtype)
         output, _ = self._compute_attention(
@@ -151,7 +151,7 @@ def _stream_masks(attention_mask, inputs, keys):
     query_mask = ops.concatenate([memory_mask, mask], axis=2)  # (B, T, S)
     offset = ops.shape(keys)[1] - length  # M
     diagonal = ops.equal(
-        ops.arange(ops.shape(keys)[1])[None, :], ops.arange(length)[:, None] + offset
+        ops.expand_dims(ops.arange(ops.shape(keys)[1]), 0), ops.expand_dims(ops.arange(length), 1) + offset
     )  # (T, S): key M + i for query i
     content_mask = ops.logical_or(query_mask, diagonal[None])  # (B, T, S)
     return query_mask, content_mask
@@ -165,4 +165,4 @@ def _different_segments(segment_ids, inputs, keys):
     missing = ops.shape(keys)[1] - ops.shape(inputs)[1]
     memory_ids = ops.zeros((ops.shape(segment_ids)[0], missing), dtype="int32")
     key_ids = ops.concatenate([memory_ids, segment_ids], axis=1)  # (B, S)
-    return ops.not_equal(segment_ids[:, :, None], key_ids[:, None, :])  # (B, T, S)
+    return ops.not_equal(ops.expand_dims(segment_ids, 2), ops.expand_dims(key_ids, 1))  # (B, T, S)

@@ -98,6 +98,23 @@ class BertTokenClassifier(ModelConfig, keras.Model):
         self.store_arguments(locals())
         self.crf = crf
 
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """`keras.Model.export`, refusing `format="onnx"` with `use_crf=True`: the CRF's
+        Viterbi loop writes its path with `XlaDynamicUpdateSlice`, which tf2onnx cannot
+        convert (it would write a file that onnxruntime cannot run)."""
+        if format == "onnx" and self.use_crf:
+            raise ValueError(
+                "BertTokenClassifier(use_crf=True) cannot be exported with "
+                "`model.export(format='onnx')`: the CRF's Viterbi decoding loop uses "
+                "XlaDynamicUpdateSlice, which tf2onnx does not convert. Use `keras-attn "
+                "export` (or `keras_attn.export.export_onnx`), which exports the emission "
+                "scores and decodes the CRF outside the graph, or `format='litert'`, where "
+                "the whole decoder runs. Received: format='onnx', use_crf=True"
+            )
+        return super().export(filepath, format=format, verbose=verbose,
+                              input_signature=input_signature, **kwargs)
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """With `use_crf`: `-mean_b log p(y_b | logits_b)` over the positions labelled
         other than `-100`, or `-sum_b w_b log p(y_b | logits_b)` with a `(B,)`

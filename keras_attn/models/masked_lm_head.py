@@ -114,7 +114,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.built = True
 
     def call(self, sequence_output, mask_positions):
-        positions = ops.cast(mask_positions, "int32")[:, :, None]  # (B, P, 1)
+        positions = ops.expand_dims(ops.cast(mask_positions, "int32"), 2)  # (B, P, 1)
         x = ops.take_along_axis(sequence_output, positions, axis=1)  # (B, P, H)
         x = self.transform_layer_norm(
             self.intermediate_activation(self.transform_dense(x))

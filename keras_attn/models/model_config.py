@@ -12,6 +12,8 @@ constructor's signature declares it once.
 """
 
 import inspect
+import re
+import warnings
 
 import keras
 
@@ -97,6 +99,35 @@ class ModelConfig:
             config[argument] = value
         return config
 
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """`keras.Model.quantize` without a warning per layer that has nothing to quantize.
+
+        Keras calls `quantize` on every leaf layer and warns for each one that does not
+        implement it (every `LayerNormalization`, `Dropout`, mask or position layer: dozens
+        of warnings on BERT-base). Here only layers that implement it (`Dense`,
+        `EinsumDense`, `Embedding` and their subclasses) are visited, with the given
+        `filters` on top; an embedding whose table another layer reads as the output
+        projection stays float; one warning names the layers whose weight matrices stay
+        float.
+        """
+        user_filter = _name_filter(filters)
+        tied = _tied_embeddings(self)
+        super().quantize(
+            mode, config=config,
+            filters=lambda layer: _quantizable(layer) and id(layer) not in tied and (
+                user_filter is None or user_filter(layer)),
+            **kwargs,
+        )
+        kept = _float_matrix_owners(self, tied)
+        if kept:
+            warnings.warn(
+                f"{type(self).__name__}.quantize({mode!r}) keeps the weight matrices of "
+                f"{len(kept)} layer(s) in float (no Keras quantization for them, or an "
+                f"embedding tied to the output): {', '.join(kept[:6])}"
+                f"{', ...' if len(kept) > 6 else ''}",
+                stacklevel=2,
+            )
+
     @classmethod
     def from_config(cls, config):
         config = dict(config)
@@ -106,6 +137,48 @@ class ModelConfig:
             if _is_serialized_object(config.get(argument)):
                 config[argument] = keras.saving.deserialize_keras_object(config[argument])
         return cls(**config)
+
+
+def _quantizable(layer):
+    """True for layers whose class implements `quantize` (Dense, EinsumDense, Embedding)."""
+    return type(layer).quantize is not keras.layers.Layer.quantize
+
+
+def _tied_embeddings(model):
+    """Embeddings whose table another layer reads as a matrix (`TiedEmbeddingLogits`,
+    `MaskedLMHead`): quantizing them would hand that layer int8 codes, so they stay float.
+    (`keras.layers.ReversibleEmbedding` quantizes its own reverse projection.)"""
+    tied = set()
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.Model):
+            continue
+        for sub in layer._flatten_layers(include_self=False, recursive=False):
+            if isinstance(sub, keras.layers.Embedding) and not isinstance(
+                    sub, keras.layers.ReversibleEmbedding):
+                tied.add(id(sub))
+    return tied
+
+
+def _name_filter(filters):
+    """Keras' `filters` of `Model.quantize` as a callable (regexes match `layer.name`)."""
+    if filters is None or callable(filters):
+        return filters
+    patterns = [filters] if isinstance(filters, str) else list(filters)
+    return lambda layer: any(re.search(pattern, layer.name) for pattern in patterns)
+
+
+def _float_matrix_owners(model, skipped):
+    """`name (Class)` of the layers left float that own a matrix (>= 2-D weight): layers
+    in `skipped`, and layers without `quantize` holding one directly (a fused Q/K/V kernel,
+    a position table, CRF transitions). Norm scales and biases are never quantized."""
+    owners = []
+    for layer in model._flatten_layers(include_self=False):
+        if _quantizable(layer) and id(layer) not in skipped:
+            continue
+        inner = {id(w) for sub in layer._flatten_layers(include_self=False) for w in sub.weights}
+        if any(id(w) not in inner and len(w.shape) >= 2 for w in layer.weights):
+            owners.append(f"{layer.name} ({type(layer).__name__})")
+    return owners
 
 
 def _is_serialized_object(value):

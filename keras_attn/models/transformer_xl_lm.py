@@ -186,6 +186,23 @@ class TransformerXLLM(ModelConfig, keras.Model):
         # === Config ===
         self.store_arguments(locals())
 
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """`keras.Model.export`; for `format="onnx"` the returned state is named
+        `next_memory` and `next_memory_padding_mask`, since ONNX names must be unique and
+        the state goes in and comes out under the same dict keys (tf2onnx otherwise fails
+        with "graph input 'memory' not exist"). Other formats keep the model's names."""
+        model = self
+        if format == "onnx":
+            outputs = self(self.input)  # fresh symbolic outputs on the model's own inputs
+            model = keras.Model(self.input, {
+                f"next_{name}" if name in self.input else name: value
+                for name, value in outputs.items()
+            }, name=self.name)
+            model(self.input)  # Keras exports only models that were called
+        return keras.Model.export(model, filepath, format=format, verbose=verbose,
+                                  input_signature=input_signature, **kwargs)
+
     @property
     def token_embedding(self):
         """The `ReversibleEmbedding` of the tokens (and of the logits when tied)."""

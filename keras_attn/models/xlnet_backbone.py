@@ -124,7 +124,7 @@ class XLNetBackbone(ModelConfig, keras.Model):
             "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
             "padding_mask": keras.Input((None,), dtype="int32", name="padding_mask"),
         }
-        visible = ops.cast(inputs["padding_mask"], "bool")[:, None, :]  # (B, 1, T)
+        visible = ops.expand_dims(ops.cast(inputs["padding_mask"], "bool"), 1)  # (B, 1, T)
         query_stream = target_mapping = None
         if two_stream:
             inputs["permutation_mask"] = keras.Input(
@@ -136,7 +136,7 @@ class XLNetBackbone(ModelConfig, keras.Model):
             start = _QueryStreamStart(hidden_dim, dtype=dtype, name="query_stream_start")
             query_stream = embedding_dropout(start(target_mapping))  # (B, P, d)
         else:
-            every_query = ops.cast(ops.ones_like(inputs["token_ids"]), "bool")[:, :, None]
+            every_query = ops.expand_dims(ops.cast(ops.ones_like(inputs["token_ids"]), "bool"), -1)
             visible = ops.logical_and(every_query, visible)  # (B, T, T)
         if memory_length is not None:
             inputs["memory"] = keras.Input((num_layers, None, hidden_dim), name="memory")

@@ -60,7 +60,7 @@ class XLNetClassifier(ModelConfig, keras.Model):
         padding = ops.cast(inputs["padding_mask"], "int32")  # (B, T)
         positions = ops.cumsum(ops.ones_like(padding), axis=1) - 1  # (B, T): 0 .. T-1
         last = ops.max(positions * padding, axis=1)  # (B,): last real position
-        h_last = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, d)
+        h_last = ops.take_along_axis(h, ops.reshape(last, (-1, 1, 1)), axis=1)[:, 0]  # (B, d)
         logits = output_dense(output_dropout(summary(h_last)))  # (B, num_classes)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
