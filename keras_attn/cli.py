@@ -21,14 +21,14 @@ from keras_attn.export.run_exporter import ExportError
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
 from keras_attn.export.tflite_export import TFLiteExportError
-from keras_attn.inference.http_server import DEFAULT_MAX_BATCH
-from keras_attn.inference.http_server import DEFAULT_MAX_TEXT_CHARS
-from keras_attn.inference.http_server import RestApi
 from keras_attn.inference.http_server import ServerLimits
 from keras_attn.inference.http_server import make_server
 from keras_attn.inference.http_server import url_of
 from keras_attn.inference.predictor import PredictorError
 from keras_attn.inference.predictor import load_predictor
+from keras_attn.inference.rest_api import DEFAULT_MAX_BATCH
+from keras_attn.inference.rest_api import DEFAULT_MAX_TEXT_CHARS
+from keras_attn.inference.rest_api import RestApi
 from keras_attn.text.errors import DataError
 from keras_attn.text.text_lines import decode_lines
 from keras_attn.text.text_lines import read_lines
@@ -491,8 +491,9 @@ def _serve_limits(serve):
     add("--max-header-bytes", type=_positive_int, default=defaults.max_header_bytes,
         help="largest request line plus headers; larger: 400 (default: %(default)s)")
     add("--max-connections", type=_positive_int, default=defaults.max_connections,
-        help="most open connections and requests in progress; past it: 503 "
-             "(default: %(default)s)")
+        help="most open connections, idle and half-sent ones included (each costs a few "
+             "KB and no thread); past it a new connection gets 503 and is closed; the "
+             "open-file limit is raised to fit it (default: %(default)s)")
     add("--backlog", type=_positive_int, default=defaults.backlog,
         help="listen backlog: connections the kernel queues until accepted "
              "(default: %(default)s)")
