@@ -36,6 +36,8 @@ from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_stage import quantize_run
+from keras_attn.runs.overwrite_guard import OverwriteError
+from keras_attn.runs.overwrite_guard import check_export_output
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.training.step_checkpoints import CheckpointError
 from keras_attn.training.strategy import StrategyError
@@ -115,9 +117,9 @@ def _train(args):
     try:
         config = TrainingConfig.from_file(args.config, overrides)
         _say(f"keras-attn train {args.config}: task {config.task}, output {config.output_dir}")
-        results = train(config, log=_say)
+        results = train(config, log=_say, overwrite=args.overwrite)
     except (ConfigError, DataError, StrategyError, CheckpointError, FileNotFoundError,
-            IsADirectoryError) as error:
+            IsADirectoryError, OverwriteError) as error:
         sys.stderr.write(f"keras-attn train: error: {error}\n")
         return 2
     metric = results["metric"]
@@ -145,6 +147,7 @@ def _export(args):
             text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples,
             length_buckets=not args.no_length_buckets)
         _say(f"keras-attn export {args.run_dir} -> {output_dir}")
+        check_export_output(output_dir, args.run_dir, args.overwrite, log=_say)
         report = export_run(args.run_dir, output_dir, options, log=_say)
     except (ExportError, ConfigError, DataError, TFLiteExportError, ValueError) as error:
         sys.stderr.write(f"keras-attn export: error: {error}\n")
@@ -342,7 +345,9 @@ def _add_train_command(commands):
              "device, all local GPUs, several workers or a TPU",
         description="Train from CONFIG.yaml. Any config key can be overridden with "
                     "--set section.key=value (value read as YAML). Re-running with the same "
-                    "output directory resumes from its last checkpoint.",
+                    "configuration and output directory resumes from its last checkpoint; "
+                    "a run of another configuration there is refused (exit 2) unless "
+                    "--overwrite.",
     )
     train.add_argument("config", help="the YAML config (examples in training/)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -352,6 +357,10 @@ def _add_train_command(commands):
     train.add_argument("--epochs", type=_positive_int, help="overrides train.epochs")
     train.add_argument("--max-steps", type=_positive_int, help="overrides train.max_steps")
     train.add_argument("--seed", type=int, help="overrides train.seed")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace a run of another configuration in the output directory "
+                            "(without it: exit 2 naming the settings that differ; the same "
+                            "configuration resumes)")
     train.set_defaults(handler=_train)
 
 
@@ -387,6 +396,9 @@ def _add_export_command(commands):
                         help="data sentences in golden_vectors.jsonl (plus the hard cases)")
     export.add_argument("--no-text-tflite", action="store_true",
                         help="skip model_text.tflite (tokenizer inside, tf-text custom ops)")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an export of another run in the output directory (its "
+                             "files are removed; without it: exit 2)")
     export.add_argument("--no-length-buckets", action="store_true",
                         help="skip model_<variant>_buckets.tflite (one signature per length "
                              "bucket) and its latency over the evaluation lengths")
