@@ -7,6 +7,8 @@ from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.models.xlnet_classifier import XLNetClassifier
 from keras_attn.text.classification_reader import ClassificationReader
+from keras_attn.text.errors import DataError
+from keras_attn.text.errors import character_names
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
@@ -56,6 +58,9 @@ class ClassificationTask(BertTask):
         for start in range(0, len(examples), ENCODE_CHUNK):
             chunk = examples[start: start + ENCODE_CHUNK]
             texts = [e.text for e in chunk]
+            self._check_texts_have_pieces(chunk, "text", path)
+            if pairs:
+                self._check_texts_have_pieces(chunk, "text_pair", path)
             out = self.tokenizer(texts, [e.text_pair for e in chunk] if pairs else None,
                                  return_num_truncated=True)
             lengths = out["padding_mask"].numpy().sum(axis=1)
@@ -71,6 +76,21 @@ class ClassificationTask(BertTask):
             self.log(f"{path}: {truncated} examples cut by max_length="
                      f"{self.config.data.max_length} (their last word pieces are dropped)")
         return encoded
+
+    def _check_texts_have_pieces(self, examples, column, path):
+        """A text the tokenizer turns into no word piece (empty, or only whitespace, control
+        or format characters such as U+00A0 or U+200B) would be classified from `[CLS]
+        [SEP]` alone: a `DataError` at its line."""
+        texts = [getattr(e, column) for e in examples]
+        counts = self.tokenizer.tokenize(texts).row_lengths().numpy()
+        for example, text, count in zip(examples, texts, counts):
+            if count == 0:
+                raise DataError(
+                    path, example.line,
+                    f"the {column} {text!r} ({character_names(text)}) yields no word piece: "
+                    "it is empty or the tokenizer drops all its characters (whitespace, "
+                    "control and format characters), so the example has no text to learn "
+                    "from. Write its text, or remove the row")
 
     def build_model(self):
         trained = self.trained_model(BertClassifier, len(self.labels), "classification")

@@ -10,6 +10,8 @@ from keras_attn.models.masked_sparse_categorical_crossentropy import (
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.models.xlnet_token_classifier import XLNetTokenClassifier
 from keras_attn.text.conll_reader import ConllReader
+from keras_attn.text.errors import DataError
+from keras_attn.text.errors import character_names
 from keras_attn.text.ner import IGNORE_LABEL
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.ner import decode_word_labels
@@ -63,6 +65,7 @@ class NerTask(BertTask):
             label_ids = [[self.labels.id(tag, path, s.line + offset)
                           for offset, tag in enumerate(s.tags)] for s in chunk]
             pieces = tokenizer.tokenize_words([list(s.tokens) for s in chunk])
+            _check_words_have_pieces(chunk, pieces.row_lengths(axis=2).to_list(), path)
             out = align_word_labels(
                 pieces, tf.ragged.constant(label_ids, dtype=tf.int32),
                 cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
@@ -146,3 +149,19 @@ class NerTask(BertTask):
             "sentences": len(examples), "words_without_prediction": filled,
             "per_type_f1": {k: v["f1"] for k, v in scores["per_type"].items()},
         }
+
+
+def _check_words_have_pieces(sentences, piece_counts, path):
+    """A token the tokenizer turns into no word piece (only whitespace, control or format
+    characters such as U+00A0 or U+200B) would be tagged without the model seeing it: a
+    `DataError` at its line."""
+    for sentence, counts in zip(sentences, piece_counts):
+        for offset, count in enumerate(counts):
+            if count == 0:
+                token = sentence.tokens[offset]
+                raise DataError(
+                    path, sentence.line + offset,
+                    f"the token {token!r} ({character_names(token)}) yields no word piece: "
+                    "the tokenizer drops all its characters (whitespace, control and format "
+                    "characters), so the model would never see the word it is tagged for. "
+                    "Replace it with the visible text it stands for, or delete the line")
