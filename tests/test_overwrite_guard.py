@@ -21,6 +21,9 @@ def test_train_refuses_another_configuration_resumes_the_same_and_overwrites(tmp
                                                                              capsys):
     config = write_project(tmp_path)
     run = tmp_path / "run"
+    # Layer names, which checkpoints match, count up in one process: each run starts from
+    # fresh names, as in a new process.
+    keras.backend.clear_session()
     assert cli.main(["train", str(config), "--max-steps", "6"]) == 0  # one epoch
     first = (run / "model.keras").read_bytes()
     capsys.readouterr()
@@ -35,10 +38,10 @@ def test_train_refuses_another_configuration_resumes_the_same_and_overwrites(tmp
     assert "--output-dir" in err and "--overwrite" in err and "resume" in err
     assert (run / "model.keras").read_bytes() == first
     assert results_of(run)["config"]["train"]["seed"] == 1
-    # The same configuration resumes (from the last checkpoint, at its last step). Layer
-    # names, which checkpoints match, count up in one process: reset as a new process has.
+    # The same configuration resumes (from the last checkpoint, at its last step), also when
+    # it trains for longer.
     keras.backend.clear_session()
-    assert cli.main(["train", str(config), "--max-steps", "6"]) == 0
+    assert cli.main(["train", str(config), "--max-steps", "7"]) == 0
     assert "resumed from checkpoint at step 6" in capsys.readouterr().out
     # --overwrite replaces the run: trained from scratch with the new configuration.
     (run / "export").mkdir()  # an export made from the replaced run goes with it
@@ -51,6 +54,22 @@ def test_train_refuses_another_configuration_resumes_the_same_and_overwrites(tmp
     assert "--overwrite: removed the earlier run in" in out and "resumed" not in out
     assert results_of(run)["config"]["train"]["seed"] == 9
     assert not (run / "export").exists() and (run / "notes.txt").read_text() == "the user's"
+
+
+def test_a_run_that_trained_nothing_is_started_again(tmp_path, capsys):
+    """A config error found after config.json was written (while building the model) leaves
+    a directory with nothing trained: the corrected configuration starts there."""
+    config = write_project(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"task": "classification", "seed": 3}))
+    (run / "checkpoints").mkdir()
+    keras.backend.clear_session()
+    assert cli.main(["train", str(config), "--max-steps", "1"]) == 0
+    assert results_of(run)["config"]["train"]["seed"] == 1
+    capsys.readouterr()
+    assert cli.main(["train", str(config), "--max-steps", "1", "--seed", "2"]) == 2
+    assert "train.seed is 1 there, 2 here" in capsys.readouterr().err
 
 
 def test_export_refuses_an_export_of_another_run(tmp_path, capsys):

@@ -17,12 +17,16 @@ import shutil
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.training.config import ConfigError
 
-# Settings that may change when a run is resumed: they change where and how fast it runs and
-# what it logs, not what it trains.
+# Settings that may change when a run is resumed: where and how fast it runs, what it logs,
+# and how long it trains (a run continued for more epochs or steps is resumed).
 RESUMABLE_SETTINGS = ("output_dir", "distribute.strategy", "distribute.tpu",
                       "distribute.logical_cpu_devices", "train.log_every_steps",
                       "train.keep_checkpoints", "train.checkpoint_every_steps",
-                      "train.eval_batch_size")
+                      "train.eval_batch_size", "train.epochs", "train.max_steps")
+# What a run has trained: a directory with `config.json` and none of these stopped before its
+# first checkpoint (a config error found while building the model, a kill in the first
+# steps): nothing is lost by starting it again with another configuration.
+TRAINED_STATE = ("model.keras", "metrics.json", "best.weights.h5", "checkpoints/step-*")
 # The files and directories of a run (docs/pipeline.md) that `--overwrite` removes; anything
 # else in the directory (an export/ below it, the user's files) is left.
 RUN_FILES = ("config.json", "tokenizer.json", "lineage.json", "vocab.txt", "characters.json",
@@ -71,9 +75,11 @@ written: use another one
 
 def train_identity(directory):
     """The configuration (dict) a run directory records in `config.json`, completed with
-    today's defaults, or `None` when it holds no run."""
+    today's defaults, or `None` when it holds no run with something trained
+    (`TRAINED_STATE`)."""
     run = RunDirectory(directory)
-    if not (run.path / "config.json").is_file():
+    if not (run.path / "config.json").is_file() or \
+            not any(any(run.path.glob(pattern)) for pattern in TRAINED_STATE):
         return None
     try:
         return run.config().to_dict()
