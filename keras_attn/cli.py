@@ -21,15 +21,16 @@ from keras_attn.explain import explain
 from keras_attn.export.run_exporter import EVAL_SPLITS
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
-from keras_attn.inference.http_server import DEFAULT_MAX_BATCH
-from keras_attn.inference.http_server import DEFAULT_MAX_TEXT_CHARS
-from keras_attn.inference.http_server import RestApi
 from keras_attn.inference.http_server import ServerLimits
 from keras_attn.inference.http_server import make_server
 from keras_attn.inference.http_server import url_of
 from keras_attn.inference.predictor import load_predictor
+from keras_attn.inference.rest_api import DEFAULT_MAX_BATCH
+from keras_attn.inference.rest_api import DEFAULT_MAX_TEXT_CHARS
+from keras_attn.inference.rest_api import RestApi
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_stage import quantize_run
+from keras_attn.runs.overwrite_guard import check_export_output
 from keras_attn.text.batching import PREDICT_BATCH_SIZE
 from keras_attn.text.text_lines import decode_lines
 from keras_attn.text.text_lines import read_lines
@@ -112,7 +113,7 @@ def _train(args):
             overrides.append((key, value))
     config = TrainingConfig.from_file(args.config, overrides)
     _say(f"keras-attn train {args.config}: task {config.task}, output {config.output_dir}")
-    results = train(config, log=_say)
+    results = train(config, log=_say, overwrite=args.overwrite)
     metric = results["metric"]
     best = results["best_dev"] or {}
     test = results["test"] or {}
@@ -137,6 +138,7 @@ def _export(args):
         text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples,
         length_buckets=not args.no_length_buckets, smallest_bucket=args.smallest_bucket)
     _say(f"keras-attn export {args.run_dir} -> {output_dir}")
+    check_export_output(output_dir, args.run_dir, args.overwrite, log=_say)
     report = export_run(args.run_dir, output_dir, options, log=_say)
     _say()
     _say("== artifacts")
@@ -319,7 +321,9 @@ def _add_train_command(commands):
              "device, all local GPUs, several workers or a TPU",
         description="Train from CONFIG.yaml. Any config key can be overridden with "
                     "--set section.key=value (value read as YAML). Re-running with the same "
-                    "output directory resumes from its last checkpoint.",
+                    "configuration and output directory resumes from its last checkpoint; "
+                    "a run of another configuration there is refused (exit 2) unless "
+                    "--overwrite.",
     )
     train.add_argument("config", help="the YAML config (examples in training/)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -329,6 +333,10 @@ def _add_train_command(commands):
     train.add_argument("--epochs", type=_positive_int, help="overrides train.epochs")
     train.add_argument("--max-steps", type=_positive_int, help="overrides train.max_steps")
     train.add_argument("--seed", type=int, help="overrides train.seed")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace a run of another configuration in the output directory "
+                            "(without it: exit 2 naming the settings that differ; the same "
+                            "configuration resumes)")
     train.set_defaults(handler=_train)
 
 
@@ -366,6 +374,9 @@ def _add_export_command(commands):
                         help="data sentences in golden_vectors.jsonl (plus the hard cases)")
     export.add_argument("--no-text-tflite", action="store_true",
                         help="skip model_text.tflite (tokenizer inside, tf-text custom ops)")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an export of another run in the output directory (its "
+                             "files are removed; without it: exit 2)")
     export.add_argument("--no-length-buckets", action="store_true",
                         help="skip model_<variant>_buckets.tflite (one signature per length "
                              "bucket) and its latency over the evaluation lengths")
@@ -478,8 +489,9 @@ def _serve_limits(serve):
     add("--max-header-bytes", type=_positive_int, default=defaults.max_header_bytes,
         help="largest request line plus headers; larger: 400 (default: %(default)s)")
     add("--max-connections", type=_positive_int, default=defaults.max_connections,
-        help="most open connections and requests in progress; past it: 503 "
-             "(default: %(default)s)")
+        help="most open connections, idle and half-sent ones included (each costs a few "
+             "KB and no thread); past it a new connection gets 503 and is closed; the "
+             "open-file limit is raised to fit it (default: %(default)s)")
     add("--backlog", type=_positive_int, default=defaults.backlog,
         help="listen backlog: connections the kernel queues until accepted "
              "(default: %(default)s)")

@@ -337,3 +337,48 @@ def test_calibration_batches_are_a_seeded_sample_of_the_whole_file(tmp_path):
     lengths = [int(np.sum(x["padding_mask"])) for x in batches]
     expected = [sum(len(e["token_ids"]) for e in sample[i: i + 8]) for i in range(0, 100, 8)]
     assert lengths == expected
+
+
+@pytest.mark.parametrize("text", ["\u00a0", "\u200b\u200b", "", " \u2060 "],
+                         ids=["no_break_space", "zero_width_spaces", "empty", "word_joiner"])
+@pytest.mark.parametrize("split", ["train", "dev"])
+def test_a_text_without_word_pieces_names_file_and_line(tmp_path, text, split):
+    """A text of characters the tokenizer drops was classified from [CLS] [SEP] alone."""
+    rows = ["sentence\tlabel"] + sentiment_rows(8, 0)
+    bad = rows[:2] + [f"{text}\t1"] + rows[2:]
+    train_file = write(tmp_path / "train.tsv", bad if split == "train" else rows)
+    dev_file = write(tmp_path / "dev.tsv", bad if split == "dev" else rows)
+    path = train_file if split == "train" else dev_file
+    task = ClassificationTask(make_config(tmp_path, train_file, dev_file), tmp_path / "run")
+    with pytest.raises(DataError, match=rf"^{re.escape(f'{path}:3: the text {text!r} (')}.*"
+                                        r"yields no word piece: .*Write its text"):
+        task.prepare()
+
+
+def test_a_text_pair_without_word_pieces_names_file_and_line(tmp_path):
+    train_file = write(tmp_path / "train.tsv", ["first\tsecond\tlabel"] + pair_rows(8, 0)
+                       + ["good film\t\u200b\t1"])
+    task = ClassificationTask(make_config(tmp_path, train_file, pairs=True), tmp_path / "run")
+    with pytest.raises(DataError, match=re.escape(f"{train_file}:10: the text_pair "
+                                                  f"{chr(0x200B)!r} (U+200B ZERO WIDTH SPACE) "
+                                                  "yields no word")):
+        task.prepare()
+
+
+@pytest.mark.parametrize("label, message", [
+    ("\u200b", f"label {chr(0x200B)!r} (U+200B ZERO WIDTH SPACE) has no visible character"),
+    ("\u00a0", f"label {chr(0xA0)!r} (U+00A0 NO-BREAK SPACE) has no visible character"),
+    ("1\u200b", f"label {'1' + chr(0x200B)!r} has leading or trailing whitespace or invisible "
+                "characters (U+200B ZERO WIDTH SPACE), which would make it a class of its own; "
+                "write it as '1'"),
+], ids=["zero_width_space", "no_break_space", "trailing_zero_width_space"])
+@pytest.mark.parametrize("split", ["train", "dev"])
+def test_an_invisible_label_names_file_and_line(tmp_path, label, message, split):
+    rows = ["sentence\tlabel"] + sentiment_rows(8, 0)
+    bad = rows[:3] + [f"good film\t{label}"] + rows[3:]
+    train_file = write(tmp_path / "train.tsv", bad if split == "train" else rows)
+    dev_file = write(tmp_path / "dev.tsv", bad if split == "dev" else rows)
+    path = train_file if split == "train" else dev_file
+    task = ClassificationTask(make_config(tmp_path, train_file, dev_file), tmp_path / "run")
+    with pytest.raises(DataError, match=re.escape(f"{path}:4: {message}")):
+        task.prepare()

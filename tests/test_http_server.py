@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import keras
@@ -22,12 +23,12 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.export.serving_module import export_saved_model
-from keras_attn.inference.http_server import COUNTED_OUTPUTS
-from keras_attn.inference.http_server import RestApi
 from keras_attn.inference.http_server import ServerLimits
-from keras_attn.inference.http_server import find_saved_model
 from keras_attn.inference.http_server import make_server
 from keras_attn.inference.http_server import serve_in_thread
+from keras_attn.inference.rest_api import RestApi
+from keras_attn.inference.rest_api import find_saved_model
+from keras_attn.inference.rest_values import COUNTED_OUTPUTS
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
@@ -681,3 +682,100 @@ def test_server_limits_are_checked_through_validation():
                                          r"Received: max_batch_size=True"):
         ServerLimits(max_batch_size=True)
     assert ServerLimits(max_batch_size=0, batch_timeout=0).max_batch_size == 0
+
+
+# --- slow clients: connections are cheap, work is bounded -----------------------------------------
+
+ROOMY = dataclasses.replace(TIGHT, max_connections=320, header_timeout=30.0,
+                            keep_alive_timeout=30.0, request_timeout=10.0)
+
+
+def test_idle_and_half_sent_connections_do_not_starve_requests(tight_server):
+    """200 connections that sent half a request and 100 idle keep-alive ones are held open
+    (they starved the old server: it counted them against 256 connections in progress);
+    requests of another client still get their own, correct answers, and no thread is
+    started for the held connections. Past the socket cap a new connection gets 503."""
+    api = tight_server[1]  # already warm
+    texts = [f"{TEXTS[i % 3]} {VOCAB[5 + i % 10]}" for i in range(12)]
+    serve = api.signatures["serving_default"]
+    alone = [serve(text=tf.constant([t]))["probabilities"][0].numpy() for t in texts]
+    httpd = make_server(api, "127.0.0.1", 0, limits=ROOMY)
+    serve_in_thread(httpd)
+    held, idle = [], []
+    try:
+        good_answer((httpd, api))
+        threads = threading.active_count()
+        for _ in range(200):
+            sock = socket.create_connection(httpd.server_address, timeout=10)
+            sock.sendall(b"POST /v1/models/sst:predict HTTP/1.1\r\nHost: x\r\nContent-Le")
+            held.append(sock)
+        for _ in range(100):
+            connection = http.client.HTTPConnection(*httpd.server_address, timeout=10)
+            connection.request("GET", "/v1/models/sst")
+            assert connection.getresponse().read().startswith(b'{"model_version_status"')
+            idle.append(connection)
+        _wait_for(lambda: len(httpd.server.server_state.connections) == 300)
+        for text, expected in zip(texts, alone):
+            status, body, _ = request(httpd, "POST", "/v1/models/sst:predict",
+                                      {"instances": [text]})
+            assert status == 200, body
+            np.testing.assert_allclose(body["predictions"][0]["probabilities"], expected,
+                                       atol=1e-6)
+        assert threading.active_count() == threads
+        assert not _readable_any(held)  # the half-sent requests wait for their deadline
+        idle[0].request("GET", "/v1/models/sst")  # the idle connections are still usable
+        assert idle[0].getresponse().status == 200
+        held.extend(socket.create_connection(httpd.server_address, timeout=10)
+                    for _ in range(ROOMY.max_connections - 300))
+        status, body = raw((httpd,), b"GET /v1/models/sst HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 503 and b"holds 320 open connections" in body, body
+    finally:
+        for sock in held:
+            sock.close()
+        for connection in idle:
+            connection.close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_trickling_clients_are_closed_at_the_header_deadline(tight_server):
+    """Connections that never finish their headers are closed at --header-timeout, so an
+    attacker must keep reopening them; they never got an answer."""
+    socks = [socket.create_connection(tight_server[0].server_address, timeout=10)
+             for _ in range(10)]
+    for sock in socks:
+        sock.sendall(b"GET /v1/models/sst HTTP/1.1\r\nX-Slow: a")
+    time.sleep(TIGHT.header_timeout + 0.5)
+    assert [sock.recv(100) for sock in socks] == [b""] * 10  # closed, nothing answered
+    for sock in socks:
+        sock.close()
+    good_answer(tight_server)
+
+
+def test_the_open_file_limit_is_raised_to_fit_the_connection_cap(monkeypatch):
+    import resource
+
+    from keras_attn.inference import http_server
+
+    calls = []
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (1024, 4096))
+    monkeypatch.setattr(resource, "setrlimit", lambda kind, limits: calls.append(limits))
+    lines = []
+    assert http_server._connection_cap(2000, lines.append) == 2000
+    assert calls == [(2000 + http_server.FD_RESERVE, 4096)] and not lines
+    assert http_server._connection_cap(8192, lines.append) == 4096 - http_server.FD_RESERVE
+    assert calls[-1] == (4096, 4096)
+    assert "--max-connections 8192 lowered to 3840" in lines[0] and "ulimit -Hn" in lines[0]
+
+
+def _wait_for(condition, seconds=10):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert condition()
+
+
+def _readable_any(socks):
+    import select
+
+    return bool(select.select(socks, [], [], 0.2)[0])

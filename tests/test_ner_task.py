@@ -322,3 +322,26 @@ def test_words_cut_by_max_length_are_counted_per_file(tmp_path):
     for path, count in ((train_file, expected["train"]), (dev_file, expected["dev"])):
         assert [line for line in lines if path in line and re.search(
             rf"\b{count} words cut by max_length=16\b", line)], lines
+
+
+@pytest.mark.parametrize("token, names", [
+    ("\u00a0", "U+00A0 NO-BREAK SPACE"),
+    ("\u200b", "U+200B ZERO WIDTH SPACE"),
+    ("\u00ad\ufeff", "U+00AD SOFT HYPHEN, U+FEFF ZERO WIDTH NO-BREAK SPACE"),
+], ids=["no_break_space", "zero_width_space", "soft_hyphen_and_bom"])
+@pytest.mark.parametrize("split", ["train", "dev"])
+def test_a_token_without_word_pieces_names_file_and_line(tmp_path, token, names, split):
+    """A token of characters the tokenizer drops got no piece: it was tagged `O` unseen and
+    only counted in a metric (CoNLL columns split on ASCII whitespace, so U+00A0 stays)."""
+    sentences = toy_sentences(8, seed=5)
+    bad = [(["the", "friend", token, "paris"], ["O", "O", "O", "B-LOC"])]
+    train_file, train_lines = write_conll(tmp_path / "train.txt",
+                                          sentences + (bad if split == "train" else []))
+    dev_file, dev_lines = write_conll(tmp_path / "dev.txt",
+                                      sentences[:2] + (bad if split == "dev" else []))
+    path, line = (train_file, train_lines[-1][2]) if split == "train" else \
+        (dev_file, dev_lines[-1][2])
+    task = NerTask(make_config(tmp_path, train_file, dev_file), tmp_path / "run")
+    where = re.escape(f"{path}:{line}: the token {token!r} ({names}) yields no word piece: ")
+    with pytest.raises(DataError, match=rf"^{where}.*Replace it"):
+        task.prepare()

@@ -15,7 +15,6 @@ from keras_attn.layers.validation import check_rate
 from keras_attn.layers.validation import check_same_sizes
 from keras_attn.layers.validation import clone_initializer
 
-
 # Keras' words first, as its layer raises it.
 _FLASH_SCORES_ERROR = (
     "Returning attention scores is not supported when flash attention is enabled. Please "

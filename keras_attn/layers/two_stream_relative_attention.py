@@ -150,9 +150,9 @@ def _stream_masks(attention_mask, inputs, keys):
     memory_mask = ops.ones((batch, length, missing), dtype="bool")
     query_mask = ops.concatenate([memory_mask, mask], axis=2)  # (B, T, S)
     offset = ops.shape(keys)[1] - length  # M
-    diagonal = ops.equal(
-        ops.expand_dims(ops.arange(ops.shape(keys)[1]), 0), ops.expand_dims(ops.arange(length), 1) + offset
-    )  # (T, S): key M + i for query i
+    diagonal = ops.equal(ops.expand_dims(ops.arange(ops.shape(keys)[1]), 0),
+                         ops.expand_dims(ops.arange(length), 1) + offset)  # (T, S): key M + i
+
     content_mask = ops.logical_or(query_mask, diagonal[None])  # (B, T, S)
     return query_mask, content_mask
 

@@ -8,6 +8,8 @@ import pathlib
 import tensorflow as tf
 
 from keras_attn.text.errors import DataError
+from keras_attn.text.errors import character_names
+from keras_attn.text.errors import is_invisible
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.text_lines import ReadReport
 from keras_attn.text.text_lines import read_lines
@@ -191,17 +193,23 @@ class ClassificationReader:
         return message + ' Quote fields that contain commas ("a, b").'
 
     def _check_label(self, label, line):
-        if label is not None and not label.strip():
+        if label is None:
+            return
+        visible = label.strip("".join(c for c in label if is_invisible(c)))
+        if not visible:
+            shown = f"label {label!r} ({character_names(label)}) has no visible character" \
+                if label else "empty label"
             raise DataError(
                 self.path, line,
-                f"empty label (`label_column={self.label_column!r}`): every example needs a "
+                f"{shown} (`label_column={self.label_column!r}`): every example needs a "
                 "label. Fill it in or remove the row.",
             )
-        if label is not None and label != label.strip():
+        if label != visible:
             raise DataError(
                 self.path, line,
-                f"label {label!r} has leading or trailing whitespace, which would make it a "
-                f"class of its own; write it as {label.strip()!r}.",
+                f"label {label!r} has leading or trailing whitespace or invisible characters "
+                f"({character_names(label.replace(visible, ''))}), which would make it a "
+                f"class of its own; write it as {visible!r}.",
             )
 
     def _check_examples(self):

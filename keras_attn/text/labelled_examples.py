@@ -11,6 +11,8 @@ which the quantize and export stages read).
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.text.errors import DataError
+from keras_attn.text.errors import character_names
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_scores
@@ -35,6 +37,8 @@ def encode_texts(examples, tokenizer, labels, path, log):
     pairs = bool(examples) and examples[0].text_pair is not None
     for start in range(0, len(examples), ENCODE_CHUNK):
         chunk = examples[start: start + ENCODE_CHUNK]
+        for column in ("text", "text_pair") if pairs else ("text",):
+            _check_texts_have_pieces(chunk, column, tokenizer, path)
         out = tokenizer([e.text for e in chunk], [e.text_pair for e in chunk] if pairs else None,
                         return_num_truncated=True)
         lengths = out["padding_mask"].numpy().sum(axis=1)
@@ -68,9 +72,11 @@ def encode_sentences(sentences, tokenizer, labels, path, log):
         # A sentence's words are on consecutive lines from `s.line`.
         label_ids = [[labels.id(tag, path, s.line + offset) for offset, tag in enumerate(s.tags)]
                      for s in chunk]
+        pieces = tokenizer.tokenize_words([list(s.tokens) for s in chunk])
+        _check_words_have_pieces(chunk, pieces.row_lengths(axis=2).to_list(), path)
         out = align_word_labels(
-            tokenizer.tokenize_words([list(s.tokens) for s in chunk]),
-            tf.ragged.constant(label_ids, dtype=tf.int32), cls_token_id=tokenizer.cls_token_id,
+            pieces, tf.ragged.constant(label_ids, dtype=tf.int32),
+            cls_token_id=tokenizer.cls_token_id,
             sep_token_id=tokenizer.sep_token_id, sequence_length=tokenizer.sequence_length)
         truncated_words += int(out["num_truncated_words"].numpy().sum())
         token_ids, word_labels = out["token_ids"].to_list(), out["labels"].to_list()
@@ -84,6 +90,38 @@ def encode_sentences(sentences, tokenizer, labels, path, log):
         log(f"{path}: {truncated_words} words cut by max_length={tokenizer.sequence_length} "
             "(they count as 'O' predictions)")
     return encoded
+
+
+def _check_texts_have_pieces(examples, column, tokenizer, path):
+    """A text the tokenizer turns into no word piece (empty, or only whitespace, control or
+    format characters such as U+00A0 or U+200B) would be classified from `[CLS] [SEP]`
+    alone: a `DataError` at its line."""
+    texts = [getattr(e, column) for e in examples]
+    counts = tokenizer.tokenize(texts).row_lengths().numpy()
+    for example, text, count in zip(examples, texts, counts):
+        if count == 0:
+            raise DataError(
+                path, example.line,
+                f"the {column} {text!r} ({character_names(text)}) yields no word piece: it is "
+                "empty or the tokenizer drops all its characters (whitespace, control and "
+                "format characters), so the example has no text to learn from. Write its "
+                "text, or remove the row")
+
+
+def _check_words_have_pieces(sentences, piece_counts, path):
+    """A token the tokenizer turns into no word piece (only whitespace, control or format
+    characters such as U+00A0 or U+200B) would be tagged without the model seeing it: a
+    `DataError` at its line."""
+    for sentence, counts in zip(sentences, piece_counts):
+        for offset, count in enumerate(counts):
+            if count == 0:
+                token = sentence.tokens[offset]
+                raise DataError(
+                    path, sentence.line + offset,
+                    f"the token {token!r} ({character_names(token)}) yields no word piece: "
+                    "the tokenizer drops all its characters (whitespace, control and format "
+                    "characters), so the model would never see the word it is tagged for. "
+                    "Replace it with the visible text it stands for, or delete the line")
 
 
 def calibration_sample(examples, count):

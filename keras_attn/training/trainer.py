@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.overwrite_guard import check_train_output
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import lineage_of
 from keras_attn.training.config import ConfigError
@@ -181,10 +182,14 @@ class Trainer:
         log: callable receiving progress lines. Defaults to silence.
         quantization: the `QuantizationRecipe` a quantization-aware run records in its
             `lineage.json` (the quantize stage passes its own); derived from the config.
+        overwrite: bool, replace a run of another configuration in the output directory
+            (`keras_attn.runs.overwrite_guard`); without it such a directory is an
+            `OverwriteError`, and a run of the same configuration is resumed.
     """
 
-    def __init__(self, config, log=None, quantization=None):
+    def __init__(self, config, log=None, quantization=None, overwrite=False):
         self.config = config
+        self.overwrite = overwrite
         self.log = log or (lambda message: None)
         self.output_dir = pathlib.Path(config.output_dir or "runs/train")
         self.chief = is_chief()
@@ -232,6 +237,9 @@ class Trainer:
 
     def _run(self):
         train, started = self.config.train, time.perf_counter()
+        if self.chief or not self.overwrite:  # the chief alone removes a replaced run
+            check_train_output(self.output_dir, self.config, self.overwrite and self.chief,
+                               self.log)
         self._setup_numerics()
         strategy, description, runner_name = self._strategy()
         replicas = strategy.num_replicas_in_sync
@@ -419,6 +427,7 @@ def _check_continued_qat_model(model, config):
             "it, or continue its float run instead", config.source)
 
 
-def train(config, log=None, quantization=None):
-    """Trains as `config` (a `TrainingConfig`) says and returns the results dict."""
-    return Trainer(config, log, quantization).run()
+def train(config, log=None, quantization=None, overwrite=False):
+    """Trains as `config` (a `TrainingConfig`) says and returns the results dict; `overwrite`
+    replaces a run of another configuration in its output directory (see `Trainer`)."""
+    return Trainer(config, log, quantization, overwrite).run()
