@@ -152,7 +152,6 @@ def _stream_masks(attention_mask, inputs, keys):
     offset = ops.shape(keys)[1] - length  # M
     diagonal = ops.equal(ops.expand_dims(ops.arange(ops.shape(keys)[1]), 0),
                          ops.expand_dims(ops.arange(length), 1) + offset)  # (T, S): key M + i
-
     content_mask = ops.logical_or(query_mask, diagonal[None])  # (B, T, S)
     return query_mask, content_mask
 
