@@ -283,10 +283,8 @@ class RunExporter:
 
     def _quantization_aware_model(self):
         """The QAT model: of `options.qat_run`, or made by the quantize stage in
-        `OUTPUT/qat` (`keras_attn.quantization.quantize_stage.quantize_run`); `None` for a CRF tagger (QatBert
-        has no CRF loss: its int8 model is the PTQ one)."""
-        if self.use_crf:
-            return None
+        `OUTPUT/qat` (`keras_attn.quantization.quantize_stage.quantize_run`; a CRF tagger's
+        is calibrated, its emissions converted like the float tagger's)."""
         recipe = self.options.quantization
         try:
             if self.options.qat_run is not None:
