@@ -168,6 +168,23 @@ def test_crf_emissions_model_is_the_network_without_the_crf(tmp_path):
     np.testing.assert_array_equal(float_outputs["tags"], twin_outputs["tags"])
 
 
+def test_crf_twin_trains_with_the_float_taggers_crf_loss():
+    tagger = crf_tagger()
+    qat = QatBert.from_float(tagger, quantize=False)
+    x = crf_batch(3)
+    labels = np.where(x["label_mask"] == 1, np.arange(LENGTH) % 4, -100).astype("int32")
+    losses = [float(model.compute_loss(x=x, y=labels, y_pred=model(x, training=False)))
+              for model in (qat, tagger)]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    # fit through the CRF loss moves the transitions (quantized twin, calibrated).
+    quantized = QatBert.from_float(tagger)
+    quantized.calibrate([x])
+    quantized.compile(keras.optimizers.Adam(1e-2))
+    history = quantized.fit(x, labels, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert not np.allclose(quantized.crf.transitions.numpy(), tagger.crf.transitions.numpy())
+
+
 def test_crf_emission_network_only_on_request():
     tagger = crf_tagger()
     qat = QatBert.from_float(tagger, quantize=False, use_crf=False)

@@ -19,7 +19,6 @@ from keras_attn.export.run_exporter import export_run
 from keras_attn.export.run_exporter import report_markdown
 from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs.run_directory import RunDirectory
-from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.inference.predictor import load_predictor
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
@@ -455,6 +454,13 @@ def test_a_crf_tagger_gets_the_calibrated_int8_model(crf_ner):
         FLOAT_RESIDUAL_OPS | {"FULLY_CONNECTED", "GELU"}
 
 
-def test_a_crf_tagger_is_calibrated_not_fine_tuned(crf_ner, tmp_path):
-    with pytest.raises(RunDirectoryError, match="calibrated, not fine-tuned.*--qat-epochs 0"):
-        quantize_run(crf_ner[0], tmp_path / "qat", QuantizationRecipe(qat_epochs=1))
+def test_a_crf_tagger_fine_tunes_through_its_crf_loss(crf_ner, tmp_path):
+    run = crf_ner[0]
+    recipe = QuantizationRecipe(qat_epochs=1, calibration_examples=16)
+    qat_run = quantize_run(run, tmp_path / "qat", recipe)
+    qat, tagger = qat_run.load_model(), keras.models.load_model(run / "model.keras")
+    assert qat.use_crf and qat_run.lineage().quantization == recipe.to_dict()
+    # The CRF loss reached the transitions, and the fine-tuned twin still tags.
+    assert np.abs(qat.crf.transitions.numpy() - tagger.crf.transitions.numpy()).max() > 1e-4
+    metrics = json.loads((qat_run.path / "metrics.json").read_text())
+    assert metrics["best_dev"]["f1"] >= 0.9

@@ -442,14 +442,3 @@ def test_float_feedforward_channels_need_a_float_residual(tmp_path):
     with pytest.raises(ConfigError, match=r"model\.feedforward_float_channels.*"
                                           r"model\.float_residual: true"):
         TrainingConfig.from_dict(values)
-
-
-def test_quantization_aware_training_rejects_a_crf_tagger(tmp_path):
-    # The config is valid (a calibrated CRF tagger's QAT run records it); training is not.
-    from keras_attn.training.config import ConfigError
-    from tests.test_run_exporter import ner_values
-
-    values = ner_values(tmp_path, use_crf=True)
-    values["model"].update(quantization_aware=True)
-    with pytest.raises(ConfigError, match="calibrated, not fine-tuned"):
-        Trainer(TrainingConfig.from_dict(values)).run()

@@ -18,6 +18,7 @@ from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import encode
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.models.bert_token_classifier import crf_loss
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_config import ModelConfig
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
@@ -29,12 +30,6 @@ from keras_attn.quantization.quantized_dense import QuantizedDense
 from keras_attn.quantization.quantized_dense import check_weight_quantization
 
 HEADS = ("classification", "token_classification")
-
-# Why a CRF tagger's QAT model is calibrated only (quantize and train say it).
-CRF_FINE_TUNING_UNSUPPORTED = (
-    "a CRF tagger's QAT model (QatBert(use_crf=True)) is calibrated, not fine-tuned: "
-    "quantization-aware training through the CRF loss is not implemented. Calibrate it "
-    "(`keras-attn quantize RUN`, `--qat-epochs 0`, the default)")
 
 # Layers of a float BERT task model, by name, that `from_float` maps (or that hold no
 # weights); anything else is refused with its name.
@@ -71,8 +66,8 @@ class QatBert(ModelConfig, keras.Model):
     decodes its logits: the model takes `label_mask` too and returns
     `{"logits", "tags"}` like the float CRF tagger. Its int8 TFLite model holds the
     emissions only (`emissions_model`); Viterbi runs outside the graph with the
-    transitions. Such a model is calibrated (`calibrate`); it has no CRF loss, so it is
-    not fine-tuned.
+    transitions. It trains like the float CRF tagger: compile with only an optimizer and
+    pass the `(B, T)` labels (`-100` where no tag) as `y` (`compute_loss`, the CRF loss).
 
     Ranges must be set before the model is used quantized: train it (`fit`), or call
     `calibrate` on a few batches.
@@ -205,6 +200,13 @@ class QatBert(ModelConfig, keras.Model):
         # === Config ===
         self.store_arguments(locals())
         self.crf = crf
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """With `use_crf`: the float CRF tagger's loss (`crf_loss`); without: the compiled
+        loss (Keras' default)."""
+        if not self.use_crf:
+            return super().compute_loss(x, y, y_pred, sample_weight, training)
+        return crf_loss(self, y, y_pred, sample_weight)
 
     # === Quantizers and calibration ===
 

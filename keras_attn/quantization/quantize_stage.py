@@ -8,11 +8,10 @@ ranges from the inference-mode min/max of training examples. With `qat_epochs > 
 fine-tunes that twin with `keras-attn train`'s public entry point, continuing the float run
 (`model.checkpoint=RUN`, `model.quantization_aware=true`). Either way the output is a run
 directory like any other (`docs/pipeline.md`); its `lineage.json` names the float run and the
-recipe. Running it again reuses a finished output made with the same recipe. A CRF tagger is
-calibrated only (its `QatBert` keeps the float CRF; there is no CRF loss to fine-tune with).
+recipe. Running it again reuses a finished output made with the same recipe. A CRF tagger's
+twin keeps its CRF (float) and fine-tunes through the CRF loss.
 """
 
-from keras_attn.quantization.qat_bert import CRF_FINE_TUNING_UNSUPPORTED
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.text.batching import model_inputs_at_length
 from keras_attn.training.config import ConfigError
@@ -32,8 +31,8 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
     """Makes (or reuses) the QAT run directory of a float run.
 
     Args:
-        run_dir: the float `keras-attn train` run (classification or ner; a CRF tagger
-            only with `recipe.qat_epochs == 0`).
+        run_dir: the float `keras-attn train` run (classification or ner, softmax or
+            CRF tagger).
         output_dir: the QAT run directory to write.
         recipe: a `QuantizationRecipe`; defaults to the measured best.
         sequence_length: length the calibration examples are padded to (the export's fixed
@@ -53,7 +52,7 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
     source.require("model.keras", "config.json", "vocab.txt", "labels.txt",
                    needed_for="quantizing a float run")
     config = source.config()
-    _check_quantizable(source, config, recipe)
+    _check_quantizable(source, config)
     if (output.path / "metrics.json").is_file():
         _check_same_recipe(output, recipe)
         log(f"QAT model: reusing {output.path} ({recipe.describe()})")
@@ -65,14 +64,11 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
     return output
 
 
-def _check_quantizable(source, config, recipe):
+def _check_quantizable(source, config):
     if config.task not in DEPLOYABLE_TASKS:
         raise RunDirectoryError(
             f"{source.path}: task {config.task!r} has no int8 model; quantize and export take "
             f"{' and '.join(DEPLOYABLE_TASKS)} runs")
-    if config.model.use_crf and recipe.qat_epochs > 0:
-        raise RunDirectoryError(f"{source.path}: qat_epochs={recipe.qat_epochs}, but "
-                                f"{CRF_FINE_TUNING_UNSUPPORTED}")
     if config.model.quantization_aware:
         raise RunDirectoryError(
             f"{source.path} is already a QAT run: quantize its float run "

@@ -12,7 +12,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.quantization.qat_bert import CRF_FINE_TUNING_UNSUPPORTED
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.training.config import ConfigError
 from keras_attn.training.optimizer import make_optimizer
@@ -324,9 +323,6 @@ class Trainer:
         return model, optimizer
 
     def _quantization_aware(self, model, task):
-        if self.config.model.use_crf:
-            raise ConfigError(f"model.quantization_aware with model.use_crf: "
-                              f"{CRF_FINE_TUNING_UNSUPPORTED}", self.config.source)
         if isinstance(model, QatBert):  # a QAT run continued stays as it is
             _check_continued_qat_model(model, self.config)
         else:
