@@ -4,11 +4,14 @@ else: the export's report also scores and times every other artifact, which on a
 2-core machine takes about an hour on CoNLL-2003 test.
 
     python export/score_int8_files.py RUN_DIR EXPORT_DIR [--files model_int8.tflite ...]
+                                      [--no-float] [--max-eval-examples N]
 
 EXPORT_DIR is what `keras-attn export RUN_DIR --output-dir EXPORT_DIR` wrote (its TFLite
 files are read, not rewritten). Prints one JSON line per file: its metric, the agreement
 with the float model's argmax and the max |Δlogit| (a CRF tagger's emissions, its tags
-decoded by Viterbi with the run's transitions, as the export does).
+decoded by Viterbi with the run's transitions, as the export does). `--no-float` skips the
+float model (and the comparison with it), e.g. to score the files while another process
+scores the float model.
 """
 
 import argparse
@@ -24,22 +27,24 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
     parser.add_argument("export_dir")
-    parser.add_argument("--files", nargs="+", default=list(FILES))
+    parser.add_argument("--files", nargs="*", default=list(FILES))
+    parser.add_argument("--no-float", action="store_true")
     parser.add_argument("--max-eval-examples", type=int, default=None)
     args = parser.parse_args(argv)
     exporter = RunExporter(args.run_dir, args.export_dir,
                            ExportOptions(max_eval_examples=args.max_eval_examples))
     exporter._load()
-    reference = exporter._collect(exporter._keras_predict(exporter.model))
-    metric = exporter.task.metric
-    results = [{"artifact": "model.keras (float, Keras)", "examples": len(reference),
-                metric: exporter._score(reference)[metric]}]
-    print(json.dumps(results[-1]), flush=True)
+    metric, results, reference = exporter.task.metric, [], None
+    if not args.no_float:
+        reference = exporter._collect(exporter._keras_predict(exporter.model))
+        results.append({"artifact": "model.keras (float, Keras)", "examples": len(reference),
+                        metric: exporter._score(reference)[metric]})
+        print(json.dumps(results[-1]), flush=True)
     for name in args.files:
         outputs = exporter._collect(exporter._tflite_runner(exporter.output_dir / name))
         results.append({"artifact": name, "examples": len(outputs),
                         metric: exporter._score(outputs)[metric],
-                        **exporter._compare(outputs, reference)})
+                        **(exporter._compare(outputs, reference) if reference else {})})
         print(json.dumps(results[-1]), flush=True)
     return results
 
