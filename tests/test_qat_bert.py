@@ -78,13 +78,120 @@ def test_weights_round_trip_exactly():
         np.testing.assert_array_equal(a, b)
 
 
-def test_crf_tagger_maps_its_emission_network():
+def crf_tagger(seed=0):
+    """A tiny CRF tagger with trained-like scales: logits of order 1 (BERT's 0.02 init
+    gives ~0.01 logits) and transitions of the same order, so both decide the tags."""
+    keras.utils.set_random_seed(seed)
     tagger = BertTokenClassifier(tiny_backbone(), num_labels=4, use_crf=True)
+    logits = tagger.get_layer("logits")
+    logits.kernel.assign(logits.kernel.numpy() * 50)
+    rng = np.random.default_rng(seed)
+    for variable in (tagger.crf.transitions, tagger.crf.start_transitions,
+                     tagger.crf.end_transitions):
+        variable.assign(rng.normal(size=variable.shape).astype("float32"))
+    return tagger
+
+
+def crf_batch(seed):
+    """`batch(seed)` with a `label_mask` that skips some real tokens (the non-first word
+    pieces), unlike the padding mask."""
+    x = batch(seed)
+    x["label_mask"] = x["padding_mask"].copy()
+    x["label_mask"][:, 0] = 0  # [CLS]
+    x["label_mask"][:, 2::3] = 0
+    return x
+
+
+def crf_outputs(model, x):
+    return {k: keras.ops.convert_to_numpy(v) for k, v in model(x, training=False).items()}
+
+
+def test_crf_tagger_twin_equals_float_model():
+    tagger = crf_tagger()
     qat = QatBert.from_float(tagger, quantize=False)
-    x = batch(3)
-    emissions = keras.ops.convert_to_numpy(
-        tagger({**x, "label_mask": x["padding_mask"]})["logits"])
-    np.testing.assert_allclose(numpy_logits(qat, x), emissions, atol=1e-5)
+    assert qat.use_crf and [i.name for i in qat.inputs] == [i.name for i in tagger.inputs]
+    for name in ("transitions", "start_transitions", "end_transitions"):
+        np.testing.assert_array_equal(getattr(qat.crf, name).numpy(),
+                                      getattr(tagger.crf, name).numpy())
+    x = crf_batch(3)
+    outputs, reference = crf_outputs(qat, x), crf_outputs(tagger, x)
+    assert sorted(outputs) == ["logits", "tags"]
+    np.testing.assert_allclose(outputs["logits"], reference["logits"], atol=1e-5)
+    np.testing.assert_array_equal(outputs["tags"], reference["tags"])
+    # The tags follow the label mask (0 elsewhere), as the float tagger's do.
+    assert not outputs["tags"][x["label_mask"] == 0].any()
+    assert outputs["tags"][x["label_mask"] == 1].any()
+
+
+def test_crf_tagger_calibrated_stays_within_quantization_error():
+    tagger = crf_tagger()
+    qat = QatBert.from_float(tagger, float_residual=True, feedforward_float_channels=4)
+    # Batches without `label_mask` decode over the padding mask.
+    qat.calibrate([batch(seed) for seed in range(2, 6)])
+    assert not qat.uncalibrated_quantizers()
+    x = crf_batch(1)
+    outputs, reference = crf_outputs(qat, x), crf_outputs(tagger, x)
+    real = x["padding_mask"].astype(bool)
+    error = np.abs(outputs["logits"] - reference["logits"])[real]
+    spread = reference["logits"][real].max() - reference["logits"][real].min()
+    # The tolerance of the softmax tagger's test above: a few int8 steps of the range.
+    assert error.max() < 0.1 * spread
+    labelled = x["label_mask"].astype(bool)
+    assert (outputs["tags"] == reference["tags"])[labelled].mean() >= 0.9
+
+
+def test_crf_emissions_model_is_the_network_without_the_crf(tmp_path):
+    qat = QatBert.from_float(crf_tagger())
+    qat.calibrate([crf_batch(seed) for seed in range(2, 4)])
+    emissions = qat.emissions_model()
+    assert not emissions.use_crf and "crf" not in [layer.name for layer in emissions.layers]
+    assert sorted(i.name for i in emissions.inputs) == ["padding_mask", "segment_ids",
+                                                        "token_ids"]
+    assert not emissions.uncalibrated_quantizers()
+    x = crf_batch(4)
+    logits = crf_outputs(qat, x)["logits"]
+    three = {k: v for k, v in x.items() if k != "label_mask"}
+    np.testing.assert_array_equal(numpy_logits(emissions, three), logits)
+    assert QatBert.from_float(BertClassifier(tiny_backbone(), 2)).emissions_model().head \
+        == "classification"
+    # Saved and loaded with its CRF; written back into a float CRF tagger exactly.
+    path = str(tmp_path / "qat_crf.keras")
+    qat.save(path)
+    loaded = keras.saving.load_model(path)
+    for name, value in crf_outputs(loaded, x).items():
+        np.testing.assert_array_equal(value, crf_outputs(qat, x)[name])
+    back, twin = qat.to_float(), qat.with_quantization(False)
+    assert back.use_crf
+    np.testing.assert_array_equal(back.crf.transitions.numpy(), qat.crf.transitions.numpy())
+    float_outputs, twin_outputs = crf_outputs(back, x), crf_outputs(twin, x)
+    np.testing.assert_allclose(float_outputs["logits"], twin_outputs["logits"], atol=1e-5)
+    np.testing.assert_array_equal(float_outputs["tags"], twin_outputs["tags"])
+
+
+def test_crf_twin_trains_with_the_float_taggers_crf_loss():
+    tagger = crf_tagger()
+    qat = QatBert.from_float(tagger, quantize=False)
+    x = crf_batch(3)
+    labels = np.where(x["label_mask"] == 1, np.arange(LENGTH) % 4, -100).astype("int32")
+    losses = [float(model.compute_loss(x=x, y=labels, y_pred=model(x, training=False)))
+              for model in (qat, tagger)]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    # fit through the CRF loss moves the transitions (quantized twin, calibrated).
+    quantized = QatBert.from_float(tagger)
+    quantized.calibrate([x])
+    quantized.compile(keras.optimizers.Adam(1e-2))
+    history = quantized.fit(x, labels, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert not np.allclose(quantized.crf.transitions.numpy(), tagger.crf.transitions.numpy())
+
+
+def test_crf_emission_network_only_on_request():
+    tagger = crf_tagger()
+    qat = QatBert.from_float(tagger, quantize=False, use_crf=False)
+    x = crf_batch(3)
+    np.testing.assert_allclose(numpy_logits(qat, {k: v for k, v in x.items()
+                                                  if k != "label_mask"}),
+                               crf_outputs(tagger, x)["logits"], atol=1e-5)
 
 
 def test_fit_updates_ranges_and_weights_and_save_load(tmp_path):
@@ -127,6 +234,13 @@ def test_errors_name_the_problem():
         QatBert.from_float(classifier, weight_quantization="per_row")
     with pytest.raises(ValueError, match="at least one batch"):
         QatBert.from_float(classifier).calibrate([])
+    with pytest.raises(ValueError, match="head='token_classification'"):
+        QatBert(VOCAB, 1, 2, 16, 32, num_outputs=2, use_crf=True)
+    with pytest.raises(ValueError, match="needs a tagger with a CRF"):
+        QatBert.from_float(tagger, use_crf=True)
+    with pytest.raises(ValueError, match="same `use_crf`"):
+        QatBert.from_float(tagger).to_float(
+            BertTokenClassifier(tiny_backbone(), num_labels=2, use_crf=True))
 
 
 def test_layout_differences_list_what_differs():

@@ -10,6 +10,7 @@ import shutil
 import keras
 import numpy as np
 import pytest
+from ai_edge_litert.interpreter import Interpreter
 
 from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_report import report_markdown
@@ -18,6 +19,8 @@ from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
 from keras_attn.inference.predictor import load_predictor
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantize_stage import quantize_run
+from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
@@ -78,9 +81,8 @@ def write_conll(path, n, seed):
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def ner(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ner")
+def ner_values(root, use_crf=False):
+    """The config of a toy tagger of LOC and PER entities, its data written to `root`."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER, *TAGS, "##s"]
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
     values = config_dict(root, root / "run", epochs=10, learning_rate=1e-2)
@@ -88,8 +90,14 @@ def ner(tmp_path_factory):
     values["data"] = {"train": write_conll(root / "train.txt", 96, 0),
                       "dev": write_conll(root / "dev.txt", 24, 1),
                       "test": write_conll(root / "test.txt", 24, 2), "max_length": 16}
-    values["model"]["vocabulary"] = str(root / "vocab.txt")
-    run = train_run(root / "run", values)
+    values["model"].update(vocabulary=str(root / "vocab.txt"), use_crf=use_crf)
+    return values
+
+
+@pytest.fixture(scope="module")
+def ner(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ner")
+    run = train_run(root / "run", ner_values(root))
     # Length buckets 8, 12 and 16 (the default smallest bucket, 16, is this run's max length).
     report = export_run(run, root / "export", options(quantization=QuantizationRecipe(),
                                                       smallest_bucket=8))
@@ -450,3 +458,56 @@ def test_a_new_artifact_kind_is_one_step_and_one_registry_line(classification, t
     text = "a very good film"
     assert load_predictor(export_dir / "model_fp16.onnx").predict([text])[0]["label"] == \
         load_predictor(export_dir / "model.onnx").predict([text])[0]["label"]
+
+
+@pytest.fixture(scope="module")
+def crf_ner(tmp_path_factory):
+    """A CRF tagger exported at the cheapest settings with the default (calibrated) recipe."""
+    root = tmp_path_factory.mktemp("crf_ner")
+    run = train_run(root / "run", ner_values(root, use_crf=True))
+    report = export_run(run, root / "export", options(
+        quantization=QuantizationRecipe(calibration_examples=32), latency_runs=1,
+        golden_examples=0, text_tflite=False, length_buckets=False))
+    return run, root / "export", report
+
+
+def test_a_crf_tagger_gets_the_calibrated_int8_model(crf_ner):
+    run, export_dir, report = crf_ner
+    recipe = QuantizationRecipe(calibration_examples=32).to_dict()
+    # The quantize stage wrote a calibrated QAT run with the float run's CRF.
+    qat_run = RunDirectory(export_dir / "qat")
+    assert qat_run.lineage().quantization == recipe == report["quantization"]
+    qat, tagger = qat_run.load_model(), keras.models.load_model(run / "model.keras")
+    assert qat.use_crf and qat.float_residual and not qat.uncalibrated_quantizers()
+    np.testing.assert_array_equal(qat.crf.transitions.numpy(), tagger.crf.transitions.numpy())
+    # model_int8.tflite holds the QAT model's emissions (the tags are decoded outside).
+    interpreter = Interpreter(model_path=str(export_dir / "model_int8.tflite"))
+    assert sorted(interpreter.get_signature_list()["serving_default"]["inputs"]) == \
+        ["padding_mask", "segment_ids", "token_ids"]
+    ids = np.array([[2, 5, 15, 6, 19, 3] + [0] * 10], "int32")
+    x = {"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": (ids > 0).astype("int32")}
+    (emissions,) = interpreter.get_signature_runner()(**x).values()
+    emissions = emissions[0, :6]
+    reference = keras.ops.convert_to_numpy(
+        qat({**x, "label_mask": x["padding_mask"]})["logits"])[0, :6]
+    assert np.abs(emissions - reference).max() < 0.1 * (reference.max() - reference.min())
+    table = rows(report)
+    float_f1 = table["model.keras (float, Keras)"]["metric"]
+    assert float_f1 >= 0.9  # the toy tagger learned its entities
+    for name in ("QAT model (Keras, fake int8)", "model_int8.tflite"):
+        assert table[name]["metric"] >= float_f1 - 0.1, name
+        assert table[name]["agreement"] >= 0.9, name
+    assert set(table["model_int8.tflite"]["non_int8_ops"]) <= \
+        FLOAT_RESIDUAL_OPS | {"FULLY_CONNECTED", "GELU"}
+
+
+def test_a_crf_tagger_fine_tunes_through_its_crf_loss(crf_ner, tmp_path):
+    run = crf_ner[0]
+    recipe = QuantizationRecipe(qat_epochs=1, calibration_examples=16)
+    qat_run = quantize_run(run, tmp_path / "qat", recipe)
+    qat, tagger = qat_run.load_model(), keras.models.load_model(run / "model.keras")
+    assert qat.use_crf and qat_run.lineage().quantization == recipe.to_dict()
+    # The CRF loss reached the transitions, and the fine-tuned twin still tags.
+    assert np.abs(qat.crf.transitions.numpy() - tagger.crf.transitions.numpy()).max() > 1e-4
+    metrics = json.loads((qat_run.path / "metrics.json").read_text())
+    assert metrics["best_dev"]["f1"] >= 0.9

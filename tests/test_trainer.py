@@ -442,13 +442,3 @@ def test_float_feedforward_channels_need_a_float_residual(tmp_path):
     with pytest.raises(ConfigError, match=r"model\.feedforward_float_channels.*"
                                           r"model\.float_residual: true"):
         TrainingConfig.from_dict(values)
-
-
-def test_quantization_aware_training_rejects_a_crf_tagger(tmp_path):
-    from keras_attn.training.config import ConfigError
-
-    values = config_dict(tmp_path / "data", tmp_path / "qat")
-    values["task"] = "ner"
-    values["model"].update(use_crf=True, quantization_aware=True)
-    with pytest.raises(ConfigError, match="QAT through the CRF loss is not implemented"):
-        TrainingConfig.from_dict(values)

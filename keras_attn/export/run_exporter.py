@@ -199,10 +199,7 @@ class RunExporter:
 
     def _int8_model(self):
         """The calibrated twin: of `options.qat_run`, or made by the quantize stage in
-        `OUTPUT/qat`; `None` for a CRF tagger (QatBert has no CRF: its int8 model is the
-        PTQ one)."""
-        if self.use_crf:
-            return None
+        `OUTPUT/qat` (a CRF tagger's too: its emissions convert like the float tagger's)."""
         recipe = self.options.quantization
         try:
             if self.options.qat_run is not None:

@@ -166,7 +166,7 @@ def _graph_model(model, variants):
                 "`QatBert.from_float(model)` after QAT or `calibrate`, or ask for "
                 "`int8_ptq`. Received: model=" + type(model).__name__
             )
-        return QatBert.from_float(model, quantize=False)
+        return QatBert.from_float(model, quantize=False).emissions_model()
     if not isinstance(model, QatBert):
         raise ValueError(
             "`model` must be a QatBert, BertClassifier or BertTokenClassifier. "
@@ -185,7 +185,7 @@ def _graph_model(model, variants):
                 f"{len(missing)} quantizers have none (first: {missing[0]}). Train the "
                 "QatBert or call `model.calibrate(batches)` first."
             )
-    return model
+    return model.emissions_model()  # a CRF tagger's tags are decoded outside the file
 
 
 def _check_sequence_length(sequence_length, max_sequence_length):

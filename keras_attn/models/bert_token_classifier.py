@@ -123,27 +123,44 @@ class BertTokenClassifier(ModelConfig, keras.Model):
         compiled loss (Keras' default)."""
         if not self.use_crf:
             return super().compute_loss(x, y, y_pred, sample_weight, training)
-        if isinstance(y, dict) or y is None:
-            raise ValueError(
-                "BertTokenClassifier(use_crf=True) computes the CRF loss itself from the "
-                "(B, T) int labels (-100 where no tag): pass them as `y`. "
-                f"Received: y={type(y).__name__}"
-            )
-        labels = ops.cast(y, "int32")  # (B, T)
-        labelled = ops.not_equal(labels, IGNORE_INDEX)  # (B, T)
-        gold = ops.where(labelled, labels, 0)  # (B, T)
-        log_likelihood = self.crf.log_likelihood(y_pred["logits"], gold, mask=labelled)
-        if sample_weight is None:
-            total = -ops.mean(log_likelihood)
-        else:
-            weights = ops.reshape(ops.cast(sample_weight, "float32"), (-1,))  # (B,)
-            total = -ops.sum(log_likelihood * weights)
-        for loss in self.losses:
-            total = total + ops.cast(loss, "float32")
-        return total
+        return crf_loss(self, y, y_pred, sample_weight)
 
     @classmethod
     def from_preset(cls, name, num_labels, dropout=0.1, use_crf=False, **backbone_overrides):
         """A tagger on `BertBackbone.from_preset(name, **backbone_overrides)`."""
         return cls(BertBackbone.from_preset(name, **backbone_overrides),
                    num_labels=num_labels, dropout=dropout, use_crf=use_crf)
+
+
+def crf_loss(model, y, y_pred, sample_weight=None):
+    """The CRF tagger's loss: `-mean_b log p(y_b | logits_b)` over the positions labelled
+    other than `-100` (or `-sum_b w_b log p(...)` with a `(B,)` `sample_weight`), plus the
+    model's own losses. Shared by `BertTokenClassifier` and its QAT twin (`QatBert`).
+
+    Args:
+        model: a model with a `crf` layer and `losses`.
+        y: `(B, T)` int labels, `-100` where no tag.
+        y_pred: the model's outputs, a dict with the `(B, T, K)` emissions `logits`.
+        sample_weight: optional `(B,)` weights.
+
+    Returns:
+        The scalar loss.
+    """
+    if isinstance(y, dict) or y is None:
+        raise ValueError(
+            f"{type(model).__name__}(use_crf=True) computes the CRF loss itself from the "
+            "(B, T) int labels (-100 where no tag): pass them as `y`. "
+            f"Received: y={type(y).__name__}"
+        )
+    labels = ops.cast(y, "int32")  # (B, T)
+    labelled = ops.not_equal(labels, IGNORE_INDEX)  # (B, T)
+    gold = ops.where(labelled, labels, 0)  # (B, T)
+    log_likelihood = model.crf.log_likelihood(y_pred["logits"], gold, mask=labelled)  # (B,)
+    if sample_weight is None:
+        total = -ops.mean(log_likelihood)
+    else:
+        weights = ops.reshape(ops.cast(sample_weight, "float32"), (-1,))  # (B,)
+        total = -ops.sum(log_likelihood * weights)
+    for loss in model.losses:
+        total = total + ops.cast(loss, "float32")
+    return total

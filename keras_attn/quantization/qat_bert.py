@@ -9,6 +9,7 @@ from keras_attn.checkpoints.bert_weights import BERT_EMBEDDING_WEIGHT_NAMES
 from keras_attn.checkpoints.bert_weights import BERT_POOLER_WEIGHT_NAMES
 from keras_attn.checkpoints.bert_weights import bert_block_weight_names
 from keras_attn.checkpoints.bert_weights import bert_weight_targets
+from keras_attn.layers.crf import CRF
 from keras_attn.layers.transformer_block_base import serialize_activation
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
@@ -17,6 +18,7 @@ from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import encode
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.models.bert_token_classifier import crf_loss
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_config import ModelConfig
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
@@ -34,6 +36,7 @@ HEADS = ("classification", "token_classification")
 _BACKBONE_LAYERS = ("token_ids", "segment_ids", "padding_mask", "embeddings",
                     "embeddings_layer_norm", "embeddings_dropout", "pooled_dense")
 _INPUT_NAMES = ("token_ids", "segment_ids", "padding_mask")
+_CRF_WEIGHTS = ("transitions", "start_transitions", "end_transitions")
 _HEAD_LAYERS = ("token_ids", "segment_ids", "padding_mask", "label_mask", "output_dropout",
                 "logits", "crf")
 
@@ -56,8 +59,15 @@ class QatBert(ModelConfig, keras.Model):
 
     With `quantize=False` the same graph runs in float: equal to the float model's logits
     (up to float rounding), the source of the float and post-training-quantized TFLite
-    artifacts. A token classifier with a CRF maps its emission network; the CRF
-    transitions stay in the float model (decode with Viterbi outside the network).
+    artifacts.
+
+    With `use_crf=True` (the twin of `BertTokenClassifier(use_crf=True)`) the emission
+    network is quantized as above and a float linear-chain `CRF` (Lample et al., 2016)
+    decodes its logits: the model takes `label_mask` too and returns
+    `{"logits", "tags"}` like the float CRF tagger. Its int8 TFLite model holds the
+    emissions only (`emissions_model`); Viterbi runs outside the graph with the
+    transitions. It trains like the float CRF tagger: compile with only an optimizer and
+    pass the `(B, T)` labels (`-100` where no tag) as `y` (`compute_loss`, the CRF loss).
 
     Ranges must be set before the model is used quantized: train it (`fit`), or call
     `calibrate` on a few batches.
@@ -82,6 +92,8 @@ class QatBert(ModelConfig, keras.Model):
             channels, the widest by calibrated range (`calibrate` finds them), run in
             float and the rest in int8 (see `QatEncoderBlock`). Above 0 needs
             `float_residual=True`. Defaults to `0`.
+        use_crf: bool, a CRF on the token logits (`head="token_classification"` only).
+            Defaults to `False`.
         decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
         attention_mask_margin: float, nats between the lowest real attention score and
             padded keys in int8 (see `ActivationQuantizer`). Defaults to `12.0`.
@@ -90,10 +102,13 @@ class QatBert(ModelConfig, keras.Model):
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Inputs:
-        A dict of `(B, T)` ints: `token_ids`, `segment_ids`, `padding_mask`.
+        A dict of `(B, T)` ints: `token_ids`, `segment_ids`, `padding_mask`; with
+        `use_crf`, also `label_mask` (1 at the tokens whose tag is decoded).
 
     Returns:
-        Logits `(B, num_outputs)` or `(B, T, num_outputs)`.
+        Logits `(B, num_outputs)` or `(B, T, num_outputs)`; with `use_crf`, a dict:
+        `logits` (the emissions) and `tags`, the `(B, T)` int32 Viterbi path over
+        `label_mask`.
 
     Example:
     >>> backbone = BertBackbone(vocabulary_size=50, num_layers=1, num_heads=2,
@@ -111,7 +126,8 @@ class QatBert(ModelConfig, keras.Model):
                  num_segments=2, dropout=0.1, activation="gelu", layer_norm_epsilon=1e-12,
                  output_dropout=0.1, weight_quantization="per_channel", quantize=True,
                  decay=0.999, attention_mask_margin=12.0, masked_score=-1e9,
-                 float_residual=False, feedforward_float_channels=0, **kwargs):
+                 float_residual=False, feedforward_float_channels=0, use_crf=False,
+                 **kwargs):
         check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
                                 intermediate_dim)
         check_positive_int("num_outputs", num_outputs)
@@ -124,6 +140,10 @@ class QatBert(ModelConfig, keras.Model):
         check_bool("float_residual", float_residual)
         check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
                                          float_residual)
+        check_bool("use_crf", use_crf)
+        if use_crf and head != "token_classification":
+            raise ValueError("`use_crf` decodes token tags: it needs "
+                             f"head='token_classification'. Received: head={head!r}")
         if not isinstance(activation, str):
             activation = serialize_activation(activation)
         common = dict(quantize=quantize, decay=decay)
@@ -156,6 +176,7 @@ class QatBert(ModelConfig, keras.Model):
         logits_dense = QuantizedDense(
             num_outputs, weight_quantization=weight_quantization, name="logits", **common
         )
+        crf = CRF(num_outputs, name="crf") if use_crf else None  # float, like the tagger's
 
         # === Functional Model ===
         inputs = {
@@ -169,10 +190,23 @@ class QatBert(ModelConfig, keras.Model):
                                      sequence_output=not classify)
         x = pooled_dense(cls_state) if classify else sequence  # (B, H) or (B, T, H)
         logits = logits_dense(head_dropout(x))  # (B, C) or (B, T, C)
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        outputs = logits
+        if use_crf:
+            inputs["label_mask"] = keras.Input(shape=(None,), dtype="int32", name="label_mask")
+            tags = crf(logits, mask=ops.cast(inputs["label_mask"], "bool"))  # (B, T) int32
+            outputs = {"logits": logits, "tags": tags}
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
 
         # === Config ===
         self.store_arguments(locals())
+        self.crf = crf
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """With `use_crf`: the float CRF tagger's loss (`crf_loss`); without: the compiled
+        loss (Keras' default)."""
+        if not self.use_crf:
+            return super().compute_loss(x, y, y_pred, sample_weight, training)
+        return crf_loss(self, y, y_pred, sample_weight)
 
     # === Quantizers and calibration ===
 
@@ -217,13 +251,12 @@ class QatBert(ModelConfig, keras.Model):
 
         Args:
             batches: iterable of input dicts (or `(inputs, labels)` pairs); keys other
-                than the model's inputs (e.g. a tagger's `label_mask`) are ignored.
+                than the model's inputs are ignored. A CRF model without `label_mask`
+                in a batch decodes over its `padding_mask` (the ranges are the
+                emission network's: the mask changes only the tags).
         """
-        inputs = [
-            {k: v for k, v in (batch[0] if isinstance(batch, (tuple, list)) else batch).items()
-             if k in _INPUT_NAMES}
-            for batch in batches
-        ]
+        inputs = [self._model_inputs(batch[0] if isinstance(batch, (tuple, list)) else batch)
+                  for batch in batches]
         if not inputs:
             raise ValueError("`calibrate` needs at least one batch. Received: batches=[]")
         self._sort_feedforward_channels(inputs)
@@ -236,6 +269,14 @@ class QatBert(ModelConfig, keras.Model):
         finally:
             for quantizer in quantizers:
                 quantizer.calibrating = False
+
+    def _model_inputs(self, batch):
+        """The model's inputs of `batch`, a dict of arrays (a CRF model's `label_mask`
+        defaults to `padding_mask`)."""
+        inputs = {k: v for k, v in batch.items() if k in _INPUT_NAMES}
+        if self.use_crf:
+            inputs["label_mask"] = batch.get("label_mask", batch["padding_mask"])
+        return inputs
 
     def _blocks(self):
         return [self.get_layer(f"transformer_layer_{i}") for i in range(self.num_layers)]
@@ -281,6 +322,18 @@ class QatBert(ModelConfig, keras.Model):
         twin.set_weights(self.get_weights())
         return twin
 
+    def emissions_model(self):
+        """The network a TFLite file holds: this model itself, or for a CRF model a copy
+        without the CRF (same weights and ranges) whose output is the
+        emissions `logits` and whose inputs are the three `(B, T)` id tensors; the tags
+        are decoded outside it (Viterbi with this model's `crf` transitions)."""
+        if not self.use_crf:
+            return self
+        twin = QatBert.from_config({**self.get_config(), "use_crf": False})
+        for layer in twin.layers:
+            layer.set_weights(self.get_layer(layer.name).get_weights())
+        return twin
+
     # === Float model <-> QAT model ===
 
     @classmethod
@@ -289,14 +342,19 @@ class QatBert(ModelConfig, keras.Model):
         weights copied.
 
         Args:
-            model: the float task model (a `BertTokenClassifier(use_crf=True)` maps its
-                emission network; the transitions stay in the float model).
-            **kwargs: `QatBert` arguments (`quantize`, `weight_quantization`, `decay`, ...).
+            model: the float task model (a `BertTokenClassifier(use_crf=True)` gives a
+                `use_crf=True` twin with the same CRF transitions).
+            **kwargs: `QatBert` arguments (`quantize`, `weight_quantization`, `decay`, ...;
+                `use_crf=False` maps a CRF tagger's emission network only).
         """
         if isinstance(model, BertClassifier):
             head, num_outputs = "classification", model.num_classes
         elif isinstance(model, BertTokenClassifier):
             head, num_outputs = "token_classification", model.num_labels
+            kwargs.setdefault("use_crf", model.use_crf)
+            if kwargs["use_crf"] and not model.use_crf:
+                raise ValueError("QatBert.from_float(use_crf=True) needs a tagger with a CRF: "
+                                 f"{model.name} has none. Received: use_crf=True")
         else:
             raise ValueError(
                 "QatBert.from_float maps a BertClassifier or a BertTokenClassifier. "
@@ -340,12 +398,17 @@ class QatBert(ModelConfig, keras.Model):
                 model = BertClassifier(backbone, self.num_outputs, dropout=self.output_dropout)
             else:
                 model = BertTokenClassifier(backbone, self.num_outputs,
-                                            dropout=self.output_dropout)
+                                            dropout=self.output_dropout, use_crf=self.use_crf)
         expected = BertClassifier if self.head == "classification" else BertTokenClassifier
         if not isinstance(model, expected):
             raise ValueError(
                 f"A QatBert with head={self.head!r} writes into a {expected.__name__}. "
                 f"Received: model={type(model).__name__}"
+            )
+        if getattr(model, "use_crf", False) != self.use_crf:
+            raise ValueError(
+                f"A QatBert with use_crf={self.use_crf} writes into a BertTokenClassifier "
+                f"with the same `use_crf`. Received: use_crf={model.use_crf}"
             )
         _check_mappable(model, model.backbone)
         unpermuted = {}
@@ -412,6 +475,8 @@ def _weight_pairs(qat, model):
     logits = model.get_layer("logits")
     pairs += [(qat.get_layer("logits").kernel, logits.kernel),
               (qat.get_layer("logits").bias, logits.bias)]
+    if qat.use_crf:
+        pairs += [(getattr(qat.crf, name), getattr(model.crf, name)) for name in _CRF_WEIGHTS]
     return pairs
 
 

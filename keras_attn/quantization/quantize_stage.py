@@ -1,6 +1,6 @@
-"""`keras-attn quantize RUN`: the stage that turns a float classification or NER run into a
-quantization-aware (QAT) run directory, which `keras-attn export` converts to
-`model_int8.tflite`.
+"""`keras-attn quantize RUN`: the stage that turns a float classification or NER run (a CRF
+tagger included) into a quantization-aware (QAT) run directory, which `keras-attn export`
+converts to `model_int8.tflite`.
 
 With the default `QuantizationRecipe` (the measured best) the stage only calibrates: it
 builds the `QatBert` twin of the run's model (`QatBert.from_float`) and sets its activation
@@ -8,7 +8,8 @@ ranges from the inference-mode min/max of training examples. With `qat_epochs > 
 fine-tunes that twin with `keras-attn train`'s public entry point, continuing the float run
 (`model.checkpoint=RUN`, `model.quantization_aware=true`). Either way the output is a run
 directory like any other (`docs/pipeline.md`); its `lineage.json` names the float run and the
-recipe. Running it again reuses a finished output made with the same recipe.
+recipe. Running it again reuses a finished output made with the same recipe. A CRF tagger's
+twin keeps its CRF (float) and fine-tunes through the CRF loss.
 """
 
 import shutil
@@ -32,7 +33,8 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
     """Makes (or reuses) the QAT run directory of a float run.
 
     Args:
-        run_dir: the float `keras-attn train` run (classification or ner, without a CRF).
+        run_dir: the float `keras-attn train` run (classification or ner, softmax or
+            CRF tagger).
         output_dir: the QAT run directory to write.
         recipe: a `QuantizationRecipe`; defaults to the measured best.
         sequence_length: length the calibration examples are padded to (the export's fixed
@@ -66,10 +68,6 @@ def _check_quantizable(source, config):
         raise RunDirectoryError(
             f"{source.path}: task {config.task!r} has no int8 model; quantize and export take "
             f"{' and '.join(DEPLOYABLE_TASKS)} runs")
-    if config.model.use_crf:
-        raise RunDirectoryError(
-            f"{source.path}: a CRF tagger has no QAT model (QatBert has no CRF loss); its int8 "
-            "model is made by post-training quantization (model_int8_ptq.tflite)")
     if config.model.quantization_aware:
         raise RunDirectoryError(
             f"{source.path} is already a QAT run: quantize its float run "

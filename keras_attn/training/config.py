@@ -336,12 +336,6 @@ class TrainingConfig(_Section):
         if self.task not in DEPLOYABLE_TASKS:
             raise ConfigError("`model.quantization_aware` trains BERT classifiers and taggers "
                               f"for int8 export. Received: task={self.task!r}", self.source)
-        if model.use_crf:
-            raise ConfigError(
-                "`model.quantization_aware` with `model.use_crf`: QatBert quantizes the "
-                "emission network only, and QAT through the CRF loss is not implemented. "
-                "Export a CRF tagger with post-training quantization (int8_ptq) instead.",
-                self.source)
         if model.feedforward_float_channels and not model.float_residual:
             raise ConfigError("`model.feedforward_float_channels` needs "
                               "`model.float_residual: true` (or set it to 0)", self.source)

@@ -1,0 +1,55 @@
+"""Scores a run's float model and the int8 TFLite files of its export on the full evaluation
+split, the way `keras-attn export` scores them (its own collect/score code), and nothing
+else: the export's report also scores and times every other artifact, which on a busy
+2-core machine takes about an hour on CoNLL-2003 test.
+
+    python export/score_int8_files.py RUN_DIR EXPORT_DIR [--files model_int8.tflite ...]
+                                      [--no-float] [--max-eval-examples N]
+
+EXPORT_DIR is what `keras-attn export RUN_DIR --output-dir EXPORT_DIR` wrote (its TFLite
+files are read, not rewritten). Prints one JSON line per file: its metric, the agreement
+with the float model's argmax and the max |Δlogit| (a CRF tagger's emissions, its tags
+decoded by Viterbi with the run's transitions, as the export does). `--no-float` skips the
+float model (and the comparison with it), e.g. to score the files while another process
+scores the float model.
+"""
+
+import argparse
+import json
+
+from keras_attn.export.artifact_scoring import compare
+from keras_attn.export.artifacts.tflite_artifacts import TFLiteStep
+from keras_attn.export.run_exporter import ExportOptions
+from keras_attn.export.run_exporter import RunExporter
+
+FILES = ("model_int8.tflite", "model_int8_ptq.tflite")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("export_dir")
+    parser.add_argument("--files", nargs="*", default=list(FILES))
+    parser.add_argument("--no-float", action="store_true")
+    parser.add_argument("--max-eval-examples", type=int, default=None)
+    args = parser.parse_args(argv)
+    exporter = RunExporter(args.run_dir, args.export_dir,
+                           ExportOptions(max_eval_examples=args.max_eval_examples))
+    exporter._load()
+    scorer, metric, results, reference = exporter.scorer, exporter.metric, [], None
+    if not args.no_float:
+        reference = scorer.collect(scorer.keras_predict(exporter.model))
+        results.append({"artifact": "model.keras (float, Keras)", "examples": len(reference),
+                        metric: scorer.score(reference)[metric]})
+        print(json.dumps(results[-1]), flush=True)
+    for name in args.files:
+        outputs = scorer.collect(TFLiteStep().run_logits(exporter.output_dir / name))
+        results.append({"artifact": name, "examples": len(outputs),
+                        metric: scorer.score(outputs)[metric],
+                        **(compare(outputs, reference) if reference else {})})
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    main()
