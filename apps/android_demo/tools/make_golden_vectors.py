@@ -147,6 +147,7 @@ def write_model(out_dir, task, model, tokenizer, labels, texts, crf=None, predic
     """Writes the four files of one model into `out_dir` and returns the record count."""
     from keras_attn.export import golden_vectors
     from keras_attn.export import tflite_metadata
+    from keras_attn.runs import ExportDirectory
     from keras_attn.version import __version__
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -156,7 +157,7 @@ def write_model(out_dir, task, model, tokenizer, labels, texts, crf=None, predic
     card = golden_vectors.model_card(
         task, labels, SEQUENCE_LENGTH, tokenizer, lowercase=tokenizer.lowercase, crf=crf,
         source_run=f"random weights ({pathlib.Path(__file__).name})", version=__version__)
-    golden_vectors.write_model_card(out_dir / "model_card.json", card)
+    ExportDirectory(out_dir).write_card(card)
     # The same three files as a .tflite file embeds them (ModelFileTest): a flatbuffer header
     # (identifier TFL3) without a model, then the zip `embed_metadata` appends.
     (out_dir / "embedded_files.tflite").write_bytes(tflite_metadata.append_associated_files(

@@ -46,14 +46,14 @@ def recorded_logits(records, task, sequence_length):
 
 def write_results(model_dir, out_path):
     from keras_attn.inference import predictor
+    from keras_attn.runs import ExportDirectory
 
     artifact = model_dir / "model.tflite"  # not read: only its directory's side files are
-    card, labels = predictor._read_card(artifact)
-    tokenizer = predictor._card_tokenizer(artifact, card)
+    card = ExportDirectory(model_dir).model_card()
     with open(model_dir / "golden_vectors.jsonl", encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
-    run_logits = recorded_logits(records, card["task"], int(card["sequence_length"]))
-    ids_predictor = predictor.IdsPredictor(artifact, "tflite", run_logits, card, tokenizer, labels)
+    run_logits = recorded_logits(records, card.task, card.sequence_length)
+    ids_predictor = predictor.IdsPredictor(artifact, "tflite", run_logits, card)
     results = ids_predictor.predict([record["text"] for record in records], batch_size=64)
     with open(out_path, "w", encoding="utf-8") as f:
         for result in results:
