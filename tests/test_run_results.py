@@ -5,6 +5,7 @@ run on tiny configs rewrites only its rows of the page's `results:training` sect
 import json
 import pathlib
 
+import pytest
 import yaml
 
 from keras_attn import cli
@@ -83,6 +84,7 @@ def page_parts(text, section):
     return before, inside, after
 
 
+@pytest.mark.tensorflow  # trains through keras-attn train (tf.distribute)
 def test_results_page_keeps_what_the_script_does_not_measure(tmp_path, monkeypatch):
     """`--only sst2_scratch` on tiny configs: both runs train (in-process `keras-attn
     train`), the sst2_scratch row is rewritten from its metrics.json, every other row, the
