@@ -102,8 +102,10 @@ class ArtifactStep(abc.ABC):
         return None
 
     def timed_call(self, path, num_threads, x):
-        """A no-argument call running the file once on `x` (batch 1), for the latency."""
-        raise NotImplementedError(f"{self.name} artifacts are not timed")
+        """A no-argument call running the file once on `x` (batch 1), for the latency; only
+        asked of the files a step lists with `timed=True`."""
+        raise ValueError(f"{path}: {self.name} artifacts are not timed; a step that lists a "
+                         "file with timed=True defines timed_call")
 
     def details(self, path):
         """Extra fields of the file's report row (e.g. op histograms)."""
