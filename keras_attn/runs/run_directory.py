@@ -94,6 +94,7 @@ class RunDirectory:
     def __init__(self, path):
         self.path = pathlib.Path(path)
         self._config_values = None  # config.json, read once (`_recorded`)
+        self._splits = {}  # split -> (path, raw examples), read once (`_read_split`)
 
     def __repr__(self):
         return f"RunDirectory({str(self.path)!r})"
@@ -193,6 +194,13 @@ class RunDirectory:
         return getattr(self.config().data, split)
 
     def _read_split(self, split):
+        """`(path, raw examples)` of `split`, read once per instance (export reads the
+        evaluation split for its scores, golden vectors and MediaPipe texts)."""
+        if split not in self._splits:
+            self._splits[split] = self._read_split_file(split)
+        return self._splits[split]
+
+    def _read_split_file(self, split):
         config, path = self.config(), self.data_file(split)
         if path is None:
             raise RunDirectoryError(f"{self.path / 'config.json'} names no data.{split}: the "
