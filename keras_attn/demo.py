@@ -23,6 +23,7 @@ import json
 import pathlib
 import time
 
+from keras_attn import atomic_files
 from keras_attn.export import run_exporter
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.inference.predictor import load_predictor
@@ -148,9 +149,8 @@ def run_demo(output_dir, tasks=tuple(DEMO_TASKS), model=None, epochs=None,
         log(f"    {header} done in {time.perf_counter() - step_started:.0f} s")
 
     summary = _summary(results, time.perf_counter() - started)
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n",
-                                             encoding="utf-8")
-    (output_dir / "summary.md").write_text(summary_markdown(summary), encoding="utf-8")
+    atomic_files.write_text(output_dir / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_files.write_text(output_dir / "summary.md", summary_markdown(summary))
     return summary
 
 

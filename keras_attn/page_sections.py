@@ -15,6 +15,8 @@ it was. The result scripts (`training/run_results.py`, `training/run_xlnet_resul
 
 import pathlib
 
+from keras_attn import atomic_files
+
 
 def section_markers(name):
     """`(begin, end)`: the two marker lines of section `name`.
@@ -62,7 +64,7 @@ def replace_section(path, name, body):
         old = path.read_text(encoding="utf-8")
         start, stop = _marker_offsets(old, path, begin, end)
         text = old[:start] + block + old[stop:]
-    path.write_text(text, encoding="utf-8")
+    atomic_files.write_text(path, text)
     return text
 
 

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attn import atomic_files
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.visualization import plot_attention
@@ -172,7 +173,8 @@ def run_demo(output_dir, num_digits=6, train_examples=20000, epochs=3, seed=0, l
     example = np.concatenate([prompts[0], generated[0]])
     layer_name, head, mass, probs = mirror_attention(model, example[:-1], num_digits)
     files = {"model": str(output_dir / "reversal_lm.keras")}
-    model.save(files["model"])
+    with atomic_files.atomic_path(files["model"]) as path:
+        model.save(path)
     try:  # the figures need matplotlib, an optional extra: without it they are skipped
         labels = [_token_text(t) for t in example[:-1]]
         files["attention_png"] = str(output_dir / "attention_mirror_head.png")
@@ -201,7 +203,7 @@ def run_demo(output_dir, num_digits=6, train_examples=20000, epochs=3, seed=0, l
         "total_seconds": round(time.perf_counter() - started, 1),
         "files": files,
     }
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    atomic_files.write_text(output_dir / "summary.json", json.dumps(summary, indent=2))
     files["summary"] = str(output_dir / "summary.json")
     return summary
 

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
 from keras_attn.models.attention_rnn_seq2seq import AttentionRNNSeq2Seq
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
@@ -222,8 +223,7 @@ def _predict(args, say):
     translations = translator.translate(lines, args.batch_size, progress)
     sys.stderr.write("\n")
     if args.output:
-        pathlib.Path(args.output).write_text("".join(t + "\n" for t in translations),
-                                             encoding="utf-8")
+        atomic_files.write_text(args.output, "".join(t + "\n" for t in translations))
         say(f"wrote {len(translations):,} translations to {args.output}")
     else:
         for translation in translations:

@@ -97,8 +97,14 @@ def test_missing_files_name_the_command_that_writes_them(tmp_path, runs):
                                                 "resume from checkpoints/"):
         run.load_model()
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(RunDirectoryError, match="config.json: not a JSON file written by"):
+    with pytest.raises(RunDirectoryError, match=r"config.json is damaged: not a JSON file "
+                                                r"written by .*remade by `keras-attn train"):
         run.config()
+    # A file cut short (a killed writer of an older version, a disk error) names itself.
+    (tmp_path / "model.keras").write_bytes((runs / "float" / "model.keras").read_bytes()[:900])
+    with pytest.raises(RunDirectoryError, match=r"model.keras is damaged or not a Keras model "
+                                                r"\(.*\): it is remade by `a finished keras-attn"):
+        run.load_model()
     # Every reading stage reports it the same way.
     with pytest.raises(PredictorError, match="labels.txt is missing"):
         copy = tmp_path / "copy"

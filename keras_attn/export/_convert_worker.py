@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+from keras_attn import atomic_files
 from keras_attn.export.tflite_export import INPUT_NAMES
 from keras_attn.export.tflite_export import bucket_signature
 from keras_attn.export.tflite_float_ops import run_in_float
@@ -112,8 +113,7 @@ def main(job_path):
         else:
             # One copy of each weight's per-channel scales, not one per signature.
             content = share_quantization_parameters(content)
-        with open(job["outputs"][variant], "wb") as f:
-            f.write(content)
+        atomic_files.write_bytes(job["outputs"][variant], content)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import json
 
 import numpy as np
 
+from keras_attn import atomic_files
 from keras_attn.text.entity_prediction import ner_model_inputs
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.ner import decode_word_labels
@@ -286,7 +287,8 @@ def write_golden_vectors(path, texts, task, tokenizer, predict, labels, crf=None
     """
     check_deployable(task)
     tagger = task_spec(task).token_labels
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_files.atomic_path(path) as temporary, \
+            open(temporary, "w", encoding="utf-8") as f:
         for start in range(0, len(texts), batch_size):
             chunk = list(texts[start: start + batch_size])
             records = (ner_records(chunk, tokenizer, predict, labels, crf) if tagger

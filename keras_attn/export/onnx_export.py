@@ -27,6 +27,7 @@ import onnxruntime
 import tensorflow as tf
 import tf2onnx
 
+from keras_attn import atomic_files
 from keras_attn.layers.validation import check_int
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,8 @@ def export_onnx(model, path, opset=17, outputs=None):
         "keras_attn.model_class": type(model).__name__,
         "keras_attn.keras_version": keras.__version__,
     })
-    onnx.save(model_proto, os.fspath(path))
+    with atomic_files.atomic_path(path) as temporary:
+        onnx.save(model_proto, os.fspath(temporary))
     if removed:
         logger.info("ONNX export of %s: inputs %s are not read by the outputs %s and are "
                     "not graph inputs.", model.name, removed, list(selected))

@@ -6,6 +6,7 @@ import os
 
 import onnx
 
+from keras_attn import atomic_files
 from keras_attn.export.tflite_metadata import settings_from_files
 from keras_attn.export.tflite_metadata import side_files
 
@@ -57,8 +58,7 @@ def embed_onnx_metadata(path, card, vocabulary, labels):
     with open(path, "rb") as f:
         unchanged = f.read() == data
     if not unchanged:
-        with open(path, "wb") as f:
-            f.write(data)
+        atomic_files.write_bytes(path, data)
     return path
 
 

@@ -9,6 +9,7 @@ import onnx
 from onnx import helper
 from onnx import numpy_helper
 
+from keras_attn import atomic_files
 from keras_attn.layers.validation import check_bool
 
 
@@ -71,9 +72,9 @@ def quantize_onnx_dynamic(src, dst, per_channel=True):
     root = logging.getLogger()
     root.addFilter(_drop_pre_processing_advice)
     try:
-        quantize_dynamic(
-            model_proto, os.fspath(dst), weight_type=QuantType.QInt8, per_channel=per_channel,
-        )
+        with atomic_files.atomic_path(dst) as temporary:
+            quantize_dynamic(model_proto, os.fspath(temporary), weight_type=QuantType.QInt8,
+                             per_channel=per_channel)
     finally:
         root.removeFilter(_drop_pre_processing_advice)
     return os.fspath(dst)

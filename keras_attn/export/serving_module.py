@@ -34,6 +34,7 @@ import tempfile
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 - registers FastBertNormalize & co. for load_saved_model
 
+from keras_attn import atomic_files
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.text.ner import IOB_TAG
@@ -389,7 +390,8 @@ def export_saved_model(model, tokenizer, label_vocabulary, directory):
             f.write("".join(token + "\n" for token in tokenizer.vocabulary))
         module.labels_file = tf.saved_model.Asset(labels_path)
         module.vocab_file = tf.saved_model.Asset(vocab_path)
-        tf.saved_model.save(module, directory, signatures=module.signatures())
+        with atomic_files.atomic_path(directory) as temporary:
+            tf.saved_model.save(module, os.fspath(temporary), signatures=module.signatures())
     return directory
 
 

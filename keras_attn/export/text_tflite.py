@@ -61,6 +61,7 @@ import tensorflow_text as tf_text
 from ai_edge_litert.interpreter import InterpreterWithCustomOps
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+from keras_attn import atomic_files
 from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.layers.crf import viterbi_decode
@@ -291,14 +292,15 @@ def export_text_tflite(model, tokenizer, output_path, timeout=1800):
     )
     output_path = os.path.abspath(os.fspath(output_path))
     os.makedirs(os.path.dirname(output_path), exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="keras_attn_text_tflite_") as work:
+    with tempfile.TemporaryDirectory(prefix="keras_attn_text_tflite_") as work, \
+            atomic_files.atomic_path(output_path) as converted:
         saved = _frozen_saved_model(function, os.path.join(work, "saved_model"))
         started = time.perf_counter()
         process = subprocess.run(
-            [sys.executable, "-m", "keras_attn.export.text_tflite", saved, output_path],
+            [sys.executable, "-m", "keras_attn.export.text_tflite", saved, str(converted)],
             capture_output=True, text=True, timeout=timeout,
         )
-        if process.returncode != 0 or not os.path.isfile(output_path):
+        if process.returncode != 0 or not converted.is_file():
             lines = process.stderr.strip().splitlines()
             errors = [line[:2000] for line in lines if "error" in line.lower()]
             raise TFLiteExportError(
@@ -306,13 +308,13 @@ def export_text_tflite(model, tokenizer, output_path, timeout=1800):
                 + "\n".join((errors or lines)[-30:])
             )
         logger.info("Converted the text TFLite model in %.1f s", time.perf_counter() - started)
-    report = tflite_op_report(output_path)
-    unexpected = sorted(set(report["custom_ops"]) - set(expected))
-    if unexpected:
-        raise TFLiteExportError(
-            f"{output_path} holds custom ops {unexpected} beyond the tf-text ones {list(expected)}"
-            ": they have no registered kernel. Keep them out of the text graph."
-        )
+        report = tflite_op_report(converted)
+        unexpected = sorted(set(report["custom_ops"]) - set(expected))
+        if unexpected:  # the file is not kept
+            raise TFLiteExportError(
+                f"{output_path} holds custom ops {unexpected} beyond the tf-text ones "
+                f"{list(expected)}: they have no registered kernel. Keep them out of the text "
+                "graph.")
     return {"path": output_path, "size_bytes": os.path.getsize(output_path), **report}
 
 

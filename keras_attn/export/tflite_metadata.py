@@ -45,6 +45,7 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
+from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
 from keras_attn.export.tflite_sharing import pack_model
 from keras_attn.runs.export_directory import CARD_FILE
@@ -290,7 +291,7 @@ def embed_metadata(path, card, vocabulary, labels, mediapipe=False, output_path=
     data = append_associated_files(flat, side_files(card, vocabulary, labels))
     # Unchanged metadata leaves the file untouched (a re-run export reuses its artifacts).
     if not output_path.is_file() or output_path.read_bytes() != data:
-        output_path.write_bytes(data)
+        atomic_files.write_bytes(output_path, data)
     return output_path
 
 

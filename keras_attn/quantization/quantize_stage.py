@@ -12,8 +12,8 @@ recipe. Running it again reuses a finished output made with the same recipe. A C
 twin keeps its CRF (float) and fine-tunes through the CRF loss.
 """
 
-import shutil
 
+from keras_attn import atomic_files
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.runs.run_directory import RunDirectory
@@ -115,7 +115,7 @@ def _calibrate(source, output, config, recipe, length, log):
                        source.tokenizer_settings(),
                        lineage_of(str(source.path.resolve()), recipe.to_dict()))
     for name in ("vocab.txt", "labels.txt"):
-        shutil.copyfile(source.file(name), output.path / name)
+        atomic_files.copy_file(source.file(name), output.path / name)
     output.write_finish(qat, {"task": config.task, "quantization": recipe.to_dict(),
                               "calibration_examples": len(sample), "sequence_length": length})
 

@@ -25,6 +25,7 @@ import types
 
 import numpy as np
 
+from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.tokenizer import WordPieceTokenizer
@@ -202,8 +203,9 @@ def _read_json(path):
     try:
         return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ExportDirectoryError(f"{path}: not a JSON file written by keras-attn ({error}); "
-                                   "re-run `keras-attn export` to rewrite it") from None
+        raise ExportDirectoryError(f"{path} is damaged: not a JSON file written by keras-attn "
+                                   f"({error}); re-run `keras-attn export` to rewrite it") \
+            from None
 
 
 def _lines(path):
@@ -211,4 +213,4 @@ def _lines(path):
 
 
 def _write_text(path, text):
-    pathlib.Path(path).write_text(text, encoding="utf-8")
+    atomic_files.write_text(path, text)

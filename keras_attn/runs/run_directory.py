@@ -25,10 +25,13 @@ import copy
 import dataclasses
 import json
 import pathlib
+import zipfile
 
 import keras
 
+from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
+from keras_attn.errors import first_line
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.label_vocabulary import LabelVocabulary
@@ -169,8 +172,15 @@ class RunDirectory:
         return LabelVocabulary.load(self.file("labels.txt", "the names of the model's outputs"))
 
     def load_model(self, compile=False):
-        """The trained model (`model.keras`)."""
-        return keras.models.load_model(self.file("model.keras"), compile=compile)
+        """The trained model (`model.keras`); a file that Keras cannot read (damaged, or
+        written by hand) is a `RunDirectoryError` naming it and the command that remakes it."""
+        path = self.file("model.keras")
+        try:
+            return keras.models.load_model(path, compile=compile)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+            raise RunDirectoryError(
+                f"{path} is damaged or not a Keras model ({first_line(error)}): it is remade "
+                f"by `{WRITTEN_BY['model.keras']}`") from None
 
     def metrics(self):
         return _read_json(self.file("metrics.json"))
@@ -255,8 +265,10 @@ class RunDirectory:
     # --- writing (training and quantize stages) -----------------------------------------
 
     def write_start(self, config, tokenizer_settings, lineage):
-        """`config.json`, `tokenizer.json` and `lineage.json` of a run that starts."""
+        """`config.json`, `tokenizer.json` and `lineage.json` of a run that starts (and the
+        temporary files a killed earlier process left, removed)."""
         self.path.mkdir(parents=True, exist_ok=True)
+        atomic_files.remove_stale_temporaries(self.path)
         _write_json(self.path / "config.json", config.to_dict())
         self._config_values = None  # read again, as written
         _write_json(self.path / "tokenizer.json", dataclasses.asdict(tokenizer_settings))
@@ -264,7 +276,8 @@ class RunDirectory:
 
     def write_finish(self, model, metrics):
         """`model.keras`, then `metrics.json`, which marks the run finished."""
-        model.save(self.path / "model.keras")
+        with atomic_files.atomic_path(self.path / "model.keras") as path:
+            model.save(path)
         _write_json(self.path / "metrics.json", metrics)
 
 
@@ -298,13 +311,14 @@ def output_count(model):
 
 
 def _read_json(path):
+    path = pathlib.Path(path)
     try:
-        return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RunDirectoryError(f"{path}: not a JSON file written by keras-attn ({error}); "
-                                "re-run the command that wrote it") from None
+        raise RunDirectoryError(
+            f"{path} is damaged: not a JSON file written by keras-attn ({error}); it is remade "
+            f"by `{WRITTEN_BY.get(path.name, 'keras-attn train CONFIG')}`") from None
 
 
 def _write_json(path, value):
-    pathlib.Path(path).write_text(json.dumps(value, indent=1, default=float) + "\n",
-                                  encoding="utf-8")
+    atomic_files.write_text(path, json.dumps(value, indent=1, default=float) + "\n")

@@ -16,6 +16,8 @@ import pathlib
 
 import numpy as np
 
+from keras_attn import atomic_files
+
 TOKENIZER_KINDS = ("bytes", "characters")
 PAD_TOKEN = "[PAD]"
 UNKNOWN_TOKEN = "[UNK]"
@@ -104,8 +106,8 @@ class CharacterTokenizer:
     def save(self, directory):
         """Writes `characters.json` (`{"kind", "symbols"}`) into `directory`."""
         path = pathlib.Path(directory) / VOCABULARY_FILE
-        path.write_text(json.dumps({"kind": self.kind, "symbols": self._symbols},
-                                   ensure_ascii=False), encoding="utf-8")
+        atomic_files.write_text(path, json.dumps({"kind": self.kind, "symbols": self._symbols},
+                                                 ensure_ascii=False))
         return path
 
     @classmethod

@@ -2,6 +2,7 @@
 
 import pathlib
 
+from keras_attn import atomic_files
 from keras_attn.text.errors import DataError
 
 LABELS_FILENAME = "labels.txt"
@@ -132,7 +133,7 @@ class LabelVocabulary:
         directory = pathlib.Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / LABELS_FILENAME
-        path.write_text("".join(label + "\n" for label in self._labels), encoding="utf-8")
+        atomic_files.write_text(path, "".join(label + "\n" for label in self._labels))
         return path
 
     @classmethod

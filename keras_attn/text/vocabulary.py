@@ -12,6 +12,7 @@ import os
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
 
+from keras_attn import atomic_files
 from keras_attn.layers.validation import check_positive_int
 
 DEFAULT_RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -84,8 +85,7 @@ def save_vocabulary(tokens, path):
     """
     tokens = list(tokens)
     check_vocabulary(tokens, special_tokens=())
-    with open(os.fspath(path), "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(token + "\n" for token in tokens)
+    atomic_files.write_text(path, "".join(token + "\n" for token in tokens))
 
 
 def check_vocabulary(tokens, special_tokens=DEFAULT_RESERVED_TOKENS, path=None):

@@ -15,7 +15,6 @@ the one before.
 
 import hashlib
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -23,6 +22,7 @@ import time
 
 import numpy as np
 
+from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
 
 PREFIX = "step-"
@@ -91,34 +91,26 @@ class StepCheckpoints:
         """Writes the state at `step` (plus the JSON-able `extra`) and prunes old ones."""
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"{PREFIX}{step:08d}"
-        temporary = self.directory / f".{final.name}.tmp-{os.getpid()}"
-        if temporary.exists():
-            shutil.rmtree(temporary)
-        temporary.mkdir()
+        atomic_files.remove_stale_temporaries(self.directory)  # of a killed run
         variables = _variables(model, optimizer)
         arrays = {f"{i:05d}": np.asarray(v.numpy()) for i, (_, v) in enumerate(variables)}
-        with open(temporary / "state.npz", "wb") as file:
-            np.savez(file, **arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        meta = {
-            "step": int(step),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "state_sha256": _sha256(temporary / "state.npz"),
-            "variables": [
-                {"owner": owner, "path": v.path, "shape": list(arrays[f"{i:05d}"].shape),
-                 "dtype": str(arrays[f"{i:05d}"].dtype)}
-                for i, (owner, v) in enumerate(variables)
-            ],
-            **(extra or {}),
-        }
-        with open(temporary / "meta.json", "w", encoding="utf-8") as file:
-            json.dump(meta, file, indent=1)
-            file.flush()
-            os.fsync(file.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(temporary, final)
+        with atomic_files.atomic_path(final) as temporary:  # synced, then renamed
+            temporary.mkdir()
+            with open(temporary / "state.npz", "wb") as file:
+                np.savez(file, **arrays)
+            meta = {
+                "step": int(step),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "state_sha256": _sha256(temporary / "state.npz"),
+                "variables": [
+                    {"owner": owner, "path": v.path, "shape": list(arrays[f"{i:05d}"].shape),
+                     "dtype": str(arrays[f"{i:05d}"].dtype)}
+                    for i, (owner, v) in enumerate(variables)
+                ],
+                **(extra or {}),
+            }
+            with open(temporary / "meta.json", "w", encoding="utf-8") as file:
+                json.dump(meta, file, indent=1)
         for old in self.paths()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final

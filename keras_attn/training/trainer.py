@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_attn import atomic_files
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.runs.overwrite_guard import check_train_output
@@ -367,7 +368,8 @@ class Trainer:
             # Every worker keeps its own copy: no worker waits for the chief's file.
             self._best_weights = [np.array(v.numpy()) for v in model.weights]
             if self.chief:
-                model.save_weights(self.output_dir / "best.weights.h5")
+                with atomic_files.atomic_path(self.output_dir / "best.weights.h5") as path:
+                    model.save_weights(path)
         else:
             state["epochs_without_improvement"] += 1
             patience = self.config.train.early_stopping_patience
