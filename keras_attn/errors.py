@@ -16,3 +16,15 @@ True
 
 class KerasAttnError(Exception):
     """An error a user can act on; see the module docstring."""
+
+
+def first_line(error):
+    """`"ErrorType: first line of its message"` (at most 300 characters), for wrapping a
+    runtime's long error (LiteRT, onnxruntime, TensorFlow) into a one-line user error.
+
+    Example:
+    >>> first_line(ValueError("\\n  bad file\\n  (details)"))
+    'ValueError: bad file'
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"

@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -346,6 +347,13 @@ def test_arguments_are_checked(saved_models, tmp_path):
         RestApi(saved_models[0], max_batch=0)
     with pytest.raises(ValueError, match="`model_name` must be letters"):
         RestApi(saved_models[0], model_name="a/b")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(saved_models[0], damaged)
+    pb = damaged / "saved_model.pb"
+    pb.write_bytes(pb.read_bytes()[:200])  # cut short
+    with pytest.raises(ValueError, match=r"damaged: TensorFlow cannot load this SavedModel "
+                                         r"\(.*\); it is damaged or incomplete: re-run "):
+        RestApi(damaged)
     with pytest.raises(ValueError, match="`max_request_bytes` must be a positive integer"):
         make_server(None, port=0, max_request_bytes=0)
 

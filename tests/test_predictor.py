@@ -359,7 +359,7 @@ def test_cli_bad_artifacts_and_inputs_are_errors_without_traceback(classificatio
     """Each case printed a traceback (or changed the text silently) before."""
     from keras_attn.cli import main
 
-    _, export = classification
+    run, export = classification
     broken_onnx = tmp_path / "onnx"
     broken_onnx.mkdir()
     for name in ("model_card.json", "vocab.txt"):
@@ -368,9 +368,23 @@ def test_cli_bad_artifacts_and_inputs_are_errors_without_traceback(classificatio
     broken_saved_model = tmp_path / "saved_model"
     shutil.copytree(export / "saved_model", broken_saved_model)
     (broken_saved_model / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 50)
+    # Files cut short (as a killed writer of an older version could leave them).
+    truncated = tmp_path / "truncated"
+    shutil.copytree(export, truncated, ignore=shutil.ignore_patterns("saved_model", "qat"))
+    for name in ("model_fp32.tflite", "model.onnx"):
+        (truncated / name).write_bytes((export / name).read_bytes()[:5000])
+    truncated_run = tmp_path / "truncated_run"
+    shutil.copytree(run, truncated_run, ignore=shutil.ignore_patterns("export", "checkpoints"))
+    (truncated_run / "model.keras").write_bytes((run / "model.keras").read_bytes()[:3000])
     cases = [
         (["predict", str(broken_onnx / "model.onnx"), "good"],
          f"{broken_onnx / 'model.onnx'}: onnxruntime cannot load it"),
+        (["predict", str(truncated / "model_fp32.tflite"), "good"],
+         f"{truncated / 'model_fp32.tflite'}: LiteRT cannot load it"),
+        (["predict", str(truncated / "model.onnx"), "good"],
+         f"{truncated / 'model.onnx'}: onnxruntime cannot load it"),
+        (["predict", str(truncated_run), "good"],
+         f"{truncated_run / 'model.keras'} is damaged or not a Keras model"),
         (["predict", str(broken_saved_model), "good"],
          f"{broken_saved_model}: TensorFlow cannot load this SavedModel"),
         (["predict", str(export), "--file", str(tmp_path)], f"{tmp_path}: is a directory"),

@@ -54,7 +54,8 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.export.serving_module import load_saved_model
+from keras_attn.errors import first_line
+from keras_attn.export.artifacts import load_saved_model
 from keras_attn.inference.rest_values import COUNTED_OUTPUTS
 from keras_attn.inference.rest_values import MAX_JSON_DEPTH
 from keras_attn.inference.rest_values import RequestError
@@ -141,7 +142,12 @@ class RestApi:
         self.model_name = model_name
         self.max_batch = max_batch
         self.max_text_chars = max_text_chars
-        self.saved_model = load_saved_model(directory)
+        try:
+            self.saved_model = load_saved_model(directory)
+        except Exception as error:  # noqa: BLE001 - DecodeError, OSError, tf errors, ...
+            raise ValueError(f"{directory}: TensorFlow cannot load this SavedModel "
+                             f"({first_line(error)}); it is damaged or incomplete: re-run "
+                             "`keras-attn export`") from None
         self.signatures = dict(self.saved_model.signatures)
         self.input_specs = {}
         for name, function in self.signatures.items():

@@ -45,7 +45,7 @@ def recorded_logits(records, task, sequence_length):
 
 
 def write_results(model_dir, out_path):
-    from keras_attn.inference import predictor
+    from keras_attn.inference.ids_predictor import IdsPredictor
     from keras_attn.runs import ExportDirectory
 
     artifact = model_dir / "model.tflite"  # not read: only its directory's side files are
@@ -53,7 +53,7 @@ def write_results(model_dir, out_path):
     with open(model_dir / "golden_vectors.jsonl", encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     run_logits = recorded_logits(records, card.task, card.sequence_length)
-    ids_predictor = predictor.IdsPredictor(artifact, "tflite", run_logits, card)
+    ids_predictor = IdsPredictor(artifact, "tflite", run_logits, card)
     results = ids_predictor.predict([record["text"] for record in records], batch_size=64)
     with open(out_path, "w", encoding="utf-8") as f:
         for result in results:
