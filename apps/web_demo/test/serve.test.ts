@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 // @ts-expect-error: a plain ES module without types
-import { exportName, handler, modelIndex, parseArguments } from "../tools/serve.mjs";
+import { exportName, handler, modelFiles, modelIndex, parseArguments } from "../tools/serve.mjs";
 
 const root = mkdtempSync(join(tmpdir(), "serve-"));
 const dist = join(root, "dist");
@@ -48,6 +48,29 @@ describe("serve.mjs", () => {
     expect(index.exports[0].files.map((f: { name: string }) => f.name)).toEqual(["model.onnx", "model_int8.tflite"]);
     expect(await (await fetch(`${base}/models/0/model_int8.tflite`)).text()).toBe("TFL3");
     expect((await fetch(`${base}/models/1/model_int8.tflite`)).status).toBe(404);
+  });
+
+  it("lists the files of the card's artifact list, in its order, and MediaPipe's of the report", () => {
+    const listed = join(root, "listed");
+    mkdirSync(listed);
+    for (const name of ["model_fp32.tflite", "model_int8.tflite", "model_text.tflite", "model.onnx",
+      "model_int8_mediapipe.tflite", "stray.tflite"]) writeFileSync(join(listed, name), "x");
+    writeFileSync(join(listed, "model_card.json"), JSON.stringify({ artifacts: [
+      { file: "model_int8.tflite", kind: "tflite", precision: "int8", lengths: [128] },
+      { file: "model_fp32.tflite", kind: "tflite", precision: "fp32", lengths: [128] },
+      { file: "model_fp16.tflite", kind: "tflite", precision: "fp16", lengths: [128] },
+      { file: "saved_model", kind: "saved_model", precision: "fp32", lengths: [] },
+      { file: "model_text.tflite", kind: "text_tflite", precision: "fp32", lengths: [128] },
+      { file: "model.onnx", kind: "onnx", precision: "fp32", lengths: [] },
+    ] }));
+    writeFileSync(join(listed, "export_report.json"), JSON.stringify({
+      self_describing_tflite: { mediapipe: { "model_int8_mediapipe.tflite": {} } } }));
+    // Listed and present only (model_fp16 was not written), never a file the card does not name.
+    expect(modelFiles(listed)).toEqual([
+      { name: "model_int8.tflite", precision: "int8" }, { name: "model_fp32.tflite", precision: "fp32" },
+      { name: "model.onnx", precision: "fp32" }, { name: "model_int8_mediapipe.tflite", precision: "int8" }]);
+    writeFileSync(join(listed, "model_card.json"), "{\"artifacts\": [");
+    expect(() => modelFiles(listed)).toThrow("model_card.json is damaged");
   });
 
   it("refuses paths outside its folders and methods other than GET", async () => {

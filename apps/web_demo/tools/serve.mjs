@@ -5,12 +5,14 @@
 //
 // - `/` is dist/ (run `npm run build` first);
 // - `/models/index.json` lists each export's files: `{"exports": [{"name", "files": [{"name",
-//   "url", "bytes"}]}]}` (the .tflite files LiteRT.js can run, the .onnx files, MediaPipe's);
+//   "url", "bytes", "precision"}]}]}`: the `tflite` and `onnx` artifacts of its model_card.json
+//   (in the export's order) and the MediaPipe files its export_report.json lists; for an export
+//   made before the card listed its artifacts, the .tflite and .onnx files found;
 // - `/models/<i>/<file>` is a file of the i-th export directory.
 // Every response carries Cross-Origin-Opener-Policy / Cross-Origin-Embedder-Policy, so the
 // page is cross-origin isolated and LiteRT.js may use its threaded build. Nothing else is read:
 // paths outside dist/ and the export directories are refused.
-import { createReadStream, existsSync, readdirSync, statSync } from "node:fs";
+import { createReadStream, existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { createServer } from "node:http";
 import { networkInterfaces } from "node:os";
 import { basename, dirname, extname, join, resolve, sep } from "node:path";
@@ -56,15 +58,41 @@ export function exportName(directory) {
   return basename(path) === "export" ? basename(dirname(path)) : basename(path);
 }
 
+function readJson(path) {
+  if (!existsSync(path)) return null;
+  try {
+    return JSON.parse(readFileSync(path, "utf8"));
+  } catch (error) {
+    throw new Error(`${path} is damaged (${error.message}): re-run keras-attn export`);
+  }
+}
+
+/** The model files of an export: `[{name, precision}]` from its card, else those found. */
+export function modelFiles(directory) {
+  const card = readJson(join(directory, "model_card.json"));
+  if (!Array.isArray(card?.artifacts)) {
+    return readdirSync(directory)
+      .filter((name) => /\.(tflite|onnx)$/.test(name) && !SKIPPED.has(name))
+      .sort()
+      .map((name) => ({ name, precision: null }));
+  }
+  const listed = card.artifacts
+    .filter((a) => (a.kind === "tflite" || a.kind === "onnx") && !SKIPPED.has(a.file))
+    .map((a) => ({ name: a.file, precision: a.precision }));
+  const report = readJson(join(directory, "export_report.json"));
+  const mediapipe = Object.keys(report?.self_describing_tflite?.mediapipe ?? {})
+    .map((name) => ({ name, precision: /int8/.test(name) ? "int8" : "fp32" }));
+  return [...listed, ...mediapipe].filter((f) => existsSync(join(directory, f.name)));
+}
+
 /** `/models/index.json` of the export directories. */
 export function modelIndex(directories) {
   return {
     exports: directories.map((directory, i) => ({
       name: exportName(directory),
-      files: readdirSync(directory)
-        .filter((name) => /\.(tflite|onnx)$/.test(name) && !SKIPPED.has(name))
-        .sort()
-        .map((name) => ({ name, url: `models/${i}/${name}`, bytes: statSync(join(directory, name)).size })),
+      files: modelFiles(directory).map(({ name, precision }) => ({
+        name, url: `models/${i}/${name}`, bytes: statSync(join(directory, name)).size, precision,
+      })),
     })),
   };
 }
