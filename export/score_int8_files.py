@@ -4,10 +4,14 @@ else: the export's report also scores and times every other artifact, which on a
 2-core machine takes about an hour on CoNLL-2003 test.
 
     python export/score_int8_files.py RUN_DIR EXPORT_DIR [--files model_int8.tflite ...]
-                                      [--no-float] [--max-eval-examples N]
+                                      [--no-float] [--max-eval-examples N] [--write]
 
 EXPORT_DIR is what `keras-attn export RUN_DIR --output-dir EXPORT_DIR` wrote (its TFLite
-files are read, not rewritten). Prints one JSON line per file: its metric, the agreement
+files are read, not rewritten). `--write` first writes the listed files that EXPORT_DIR
+lacks, with the export's own steps: the calibrated twin by the quantize stage
+(`EXPORT_DIR/qat`, the default recipe), then the TFLite conversions, nothing else.
+
+Prints one JSON line per file: its metric, the agreement
 with the float model's argmax and the max |Δlogit| (a CRF tagger's emissions, its tags
 decoded by Viterbi with the run's transitions, as the export does). `--no-float` skips the
 float model (and the comparison with it), e.g. to score the files while another process
@@ -25,6 +29,18 @@ from keras_attn.export.run_exporter import RunExporter
 FILES = ("model_int8.tflite", "model_int8_ptq.tflite")
 
 
+def write_missing(exporter, names):
+    """Writes the TFLite files of `names` that the export directory lacks."""
+    exporter.output_dir.mkdir(parents=True, exist_ok=True)
+    step = TFLiteStep()
+    int8_model = exporter._int8_model() if "model_int8.tflite" in names else None
+    plan = exporter._plan(int8_model)
+    missing = [f for f in step.files(plan)
+               if f.file in names and not step.is_written(exporter.output_dir / f.file)]
+    if missing:
+        step.write(plan, missing)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
@@ -32,10 +48,13 @@ def main(argv=None):
     parser.add_argument("--files", nargs="*", default=list(FILES))
     parser.add_argument("--no-float", action="store_true")
     parser.add_argument("--max-eval-examples", type=int, default=None)
+    parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     exporter = RunExporter(args.run_dir, args.export_dir,
-                           ExportOptions(max_eval_examples=args.max_eval_examples))
+                           ExportOptions(max_eval_examples=args.max_eval_examples), log=print)
     exporter._load()
+    if args.write:
+        write_missing(exporter, args.files)
     scorer, metric, results, reference = exporter.scorer, exporter.metric, [], None
     if not args.no_float:
         reference = scorer.collect(scorer.keras_predict(exporter.model))

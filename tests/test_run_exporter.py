@@ -157,6 +157,12 @@ def test_report_markdown_lists_every_artifact(classification):
     for row in report["artifacts"]:
         assert f"`{row['artifact']}`" in markdown
     assert "## Ops of `model_int8.tflite` that are not int8" in markdown
+    # One sensitivity row for the recipe, then one per group (embeddings, blocks, head).
+    sensitivity = report["quantization_sensitivity"]
+    assert sensitivity[0]["group"] == "all" and len(sensitivity) >= 4
+    assert {"embeddings", "transformer_layer_0", "logits"} <= {r["group"] for r in sensitivity}
+    assert [r["snr_db"] for r in sensitivity[1:]] == sorted(r["snr_db"] for r in sensitivity[1:])
+    assert "## Quantization sensitivity" in markdown and "| `embeddings` only |" in markdown
     assert report["quantization"] == QuantizationRecipe.all_int8(qat_epochs=1).to_dict()
     assert "QAT model (`model_int8.tflite`): 1 epoch(s) of quantization-aware fine-tuning, " \
            "learning rate: the run's / 10; every activation int8 (--all-int8)." in markdown
@@ -499,6 +505,8 @@ def test_a_crf_tagger_gets_the_calibrated_int8_model(crf_ner):
         assert table[name]["agreement"] >= 0.9, name
     assert set(table["model_int8.tflite"]["non_int8_ops"]) <= \
         FLOAT_RESIDUAL_OPS | {"FULLY_CONNECTED", "GELU"}
+    # The CRF twin's sensitivity compares its emissions (the tags are decoded outside).
+    assert report["quantization_sensitivity"][0]["group"] == "all"
 
 
 def test_a_crf_tagger_fine_tunes_through_its_crf_loss(crf_ner, tmp_path):

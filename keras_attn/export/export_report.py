@@ -69,6 +69,7 @@ def report_markdown(report):
             lines += [f"- `{op}` × {count}" for op, count in int8["non_int8_ops"].items()]
         else:
             lines.append("None: every op runs in integer arithmetic.")
+    lines += sensitivity_markdown(report.get("quantization_sensitivity"))
     lines += ["", "## Op histograms", ""]
     for row in report["artifacts"]:
         if "ops" in row:
@@ -80,3 +81,20 @@ def report_markdown(report):
         lines += ["", f"`model_text.tflite` was not written: {report['model_text_tflite_error']}"]
     lines.append("")
     return "\n".join(lines)
+
+
+def sensitivity_markdown(rows):
+    """The "Quantization sensitivity" section (`quantization_sensitivity` rows), or none."""
+    if not rows:
+        return []
+    lines = ["", "## Quantization sensitivity", "",
+             "The int8 error of the calibrated Keras twin with only one group quantized (the "
+             "rest float), against the twin with none quantized, on calibration examples; "
+             "most sensitive first (`keras_attn.quantization.quantization_sensitivity`).", "",
+             "| quantized | SNR of the logits (dB) | max \\|Δlogit\\| | argmax agreement |",
+             "| --- | --- | --- | --- |"]
+    for row in rows:
+        name = "everything (the recipe)" if row["group"] == "all" else f"`{row['group']}` only"
+        lines.append(f"| {name} | {row['snr_db']:.1f} | {row['max_abs_logit_diff']:.3g} | "
+                     f"{row['agreement']:.4f} |")
+    return lines

@@ -20,13 +20,13 @@ a finished file is reused when the command runs again), around:
 import dataclasses
 import os
 import pathlib
-import shutil
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
 from keras_attn.export.artifact_scoring import ArtifactScorer
 from keras_attn.export.artifact_scoring import compare
@@ -47,6 +47,9 @@ from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.machine import cpu_description
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantization_sensitivity import SENSITIVITY_EXAMPLES
+from keras_attn.quantization.quantization_sensitivity import quantization_groups
+from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
 from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.run_directory import RunDirectory
@@ -229,6 +232,17 @@ class RunExporter:
             tokenizer=self.source.tokenizer(self.length), labels=self.labels,
             options=self.options, log=self.log)
 
+    def _sensitivity(self, int8_model, plan):
+        """The report's `quantization_sensitivity` rows: the int8 error each group of the
+        calibrated twin adds alone, on the first `SENSITIVITY_EXAMPLES` calibration
+        examples (`None` without a twin)."""
+        if int8_model is None:
+            return None
+        batches = plan.calibration[:max(1, SENSITIVITY_EXAMPLES // CALIBRATION_BATCH)]
+        self.log(f"quantization sensitivity of {len(quantization_groups(int8_model))} groups "
+                 f"on {sum(len(b['token_ids']) for b in batches)} calibration examples")
+        return quantization_sensitivity(int8_model, batches)
+
     # --- the steps ----------------------------------------------------------------------
 
     def _write_artifacts(self, plan):
@@ -348,11 +362,13 @@ class RunExporter:
     def run(self):
         started = time.perf_counter()
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        atomic_files.remove_stale_temporaries(self.output_dir)  # of a killed export
         self._load()
         for name in ("vocab.txt", "labels.txt"):
-            shutil.copyfile(self.run_dir / name, self.output_dir / name)
+            atomic_files.copy_file(self.run_dir / name, self.output_dir / name)
         int8_model = self._int8_model()
         plan = self._plan(int8_model)
+        sensitivity = self._sensitivity(int8_model, plan)
         steps, errors = self._write_artifacts(plan)
         self.log(f"evaluating every artifact on {len(self.examples):,} {self.eval_split} "
                  "examples")
@@ -363,6 +379,8 @@ class RunExporter:
         self_describing = self_describing_artifacts(
             self.output_dir, self.model, plan.tokenizer,
             list(HARD_CASES) + self.source.texts(self.eval_split, len(self.examples)), self.log)
+        for row in rows:  # the shipped size: with the metadata embedded (a re-run reuses it)
+            row["size_bytes"] = _directory_size(pathlib.Path(row["path"]))
         report = {
             "source_run": str(self.run_dir.resolve()), "task": self.task,
             "metric": self.metric, "eval_split": self.eval_split,
@@ -372,6 +390,7 @@ class RunExporter:
             "self_describing_tflite": self_describing, "length_buckets": length_buckets,
             "machine": _machine(), "seconds": round(time.perf_counter() - started, 1),
             "quantization": self.recipe.to_dict() if int8_model is not None else None,
+            "quantization_sensitivity": sensitivity,
             "options": {name: list(value) if isinstance(value, tuple) else value  # as JSON
                         for name, value in dataclasses.asdict(self.options).items()},
         }
