@@ -88,7 +88,8 @@ def test_a_vocabulary_of_another_export_is_refused(tmp_path):
 def test_damaged_card_names_the_file(tmp_path):
     write_export(tmp_path)
     (tmp_path / "model_card.json").write_text('{"task": ', encoding="utf-8")
-    with pytest.raises(ExportDirectoryError, match="model_card.json: not a JSON file"):
+    with pytest.raises(ExportDirectoryError, match=r"model_card.json is damaged: not a JSON "
+                                                   r"file .*re-run `keras-attn export`"):
         ExportDirectory(tmp_path).card()
 
 
