@@ -125,6 +125,11 @@ def mirror_attention(model, sequence, num_digits):
     return best
 
 
+def _save_model(model, path):
+    with atomic_files.atomic_path(path) as temporary:
+        model.save(temporary)
+
+
 def run_demo(output_dir, num_digits=6, train_examples=20000, epochs=3, seed=0, log=None):
     """Trains, decodes, checks the cache and draws the attention; returns a summary dict.
 
@@ -173,8 +178,7 @@ def run_demo(output_dir, num_digits=6, train_examples=20000, epochs=3, seed=0, l
     example = np.concatenate([prompts[0], generated[0]])
     layer_name, head, mass, probs = mirror_attention(model, example[:-1], num_digits)
     files = {"model": str(output_dir / "reversal_lm.keras")}
-    with atomic_files.atomic_path(files["model"]) as path:
-        model.save(path)
+    _save_model(model, files["model"])
     try:  # the figures need matplotlib, an optional extra: without it they are skipped
         labels = [_token_text(t) for t in example[:-1]]
         files["attention_png"] = str(output_dir / "attention_mirror_head.png")

@@ -295,7 +295,7 @@ class RunExporter:
         return rows
 
     def _row(self, name, path, reference, outputs, details=None):
-        return {"artifact": name, "path": str(path), "size_bytes": _directory_size(path),
+        return {"artifact": name, "path": str(path),
                 "metric": self.scorer.score(outputs)[self.metric],
                 **compare(outputs, reference), **(details or {})}
 
@@ -380,7 +380,7 @@ class RunExporter:
             self.output_dir, self.model, plan.tokenizer,
             list(HARD_CASES) + self.source.texts(self.eval_split, len(self.examples)), self.log)
         for row in rows:  # the shipped size: with the metadata embedded (a re-run reuses it)
-            row["size_bytes"] = _directory_size(pathlib.Path(row["path"]))
+            row["size_bytes"] = _directory_size(row["path"])
         report = {
             "source_run": str(self.run_dir.resolve()), "task": self.task,
             "metric": self.metric, "eval_split": self.eval_split,

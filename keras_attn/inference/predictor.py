@@ -34,7 +34,6 @@ words the graph located (words wholly past the sequence length are counted in
 """
 
 import pathlib
-import zipfile
 
 import keras
 import numpy as np
@@ -56,9 +55,9 @@ from keras_attn.inference.text_tflite_predictor import TextTFLitePredictor
 from keras_attn.layers.validation import check_int
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.export_directory import ExportDirectoryError
-from keras_attn.runs.run_directory import WRITTEN_BY
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
+from keras_attn.runs.run_directory import load_keras_model
 from keras_attn.runs.run_directory import output_count
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
@@ -111,14 +110,9 @@ def _load_run(run_dir, model_path):
                 f"{run.path / 'config.json'}: task {task!r} has no predictor; `keras-attn "
                 f"predict` takes {' and '.join(TASKS)} runs")
         tokenizer, labels = run.tokenizer(), run.labels()
+        model = load_keras_model(model_path)
     except RunDirectoryError as error:
         raise PredictorError(str(error)) from None
-    try:
-        model = keras.models.load_model(model_path)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-        raise PredictorError(
-            f"{model_path} is damaged or not a Keras model ({first_line(error)}): it is "
-            f"remade by `{WRITTEN_BY['model.keras']}`") from None
     outputs = output_count(model)
     if outputs is not None and outputs != len(labels):
         raise PredictorError(

@@ -172,15 +172,8 @@ class RunDirectory:
         return LabelVocabulary.load(self.file("labels.txt", "the names of the model's outputs"))
 
     def load_model(self, compile=False):
-        """The trained model (`model.keras`); a file that Keras cannot read (damaged, or
-        written by hand) is a `RunDirectoryError` naming it and the command that remakes it."""
-        path = self.file("model.keras")
-        try:
-            return keras.models.load_model(path, compile=compile)
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-            raise RunDirectoryError(
-                f"{path} is damaged or not a Keras model ({first_line(error)}): it is remade "
-                f"by `{WRITTEN_BY['model.keras']}`") from None
+        """The trained model (`model.keras`, see `load_keras_model`)."""
+        return load_keras_model(self.file("model.keras"), compile=compile)
 
     def metrics(self):
         return _read_json(self.file("metrics.json"))
@@ -279,6 +272,17 @@ class RunDirectory:
         with atomic_files.atomic_path(self.path / "model.keras") as path:
             model.save(path)
         _write_json(self.path / "metrics.json", metrics)
+
+
+def load_keras_model(path, compile=False):
+    """`keras.models.load_model(path)`; a file that Keras cannot read (damaged, or written by
+    hand) is a `RunDirectoryError` naming it and the command that remakes it."""
+    try:
+        return keras.models.load_model(path, compile=compile)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        raise RunDirectoryError(
+            f"{path} is damaged or not a Keras model ({first_line(error)}): it is remade by "
+            f"`{WRITTEN_BY['model.keras']}`") from None
 
 
 def continued_run(checkpoint):
