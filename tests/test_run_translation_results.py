@@ -70,3 +70,36 @@ def test_replace_section_appends_markers_when_missing():
     module = scripts.load_script("training/run_translation_results.py")
     assert module.replace_section("# Results\n", "new\n") == \
         "# Results\n\n<!-- translation:begin -->\nnew\n<!-- translation:end -->\n"
+
+
+def test_a_checkpoint_row_scores_the_checkpoint_weights(tiny_run, tmp_path):
+    # One epoch: the run's last checkpoint holds the weights of model.keras, so its row
+    # repeats the run's test BLEU (measured again here, on the same 20 test pairs).
+    module = scripts.load_script("training/run_translation_results.py")
+    checkpoint = sorted((tiny_run / "checkpoints").iterdir())[-1]
+    test = {side: str(tiny_run.parent / f"test_2016_flickr.{language}")
+            for side, language in (("source", "de"), ("target", "en"))}
+    pairs, _ = module.read_parallel_files(test["source"], test["target"])
+    row = module.checkpoint_summary(tiny_run, checkpoint, pairs)
+    metrics = json.loads((tiny_run / "metrics.json").read_text())
+    assert row["test_bleu"] == pytest.approx(metrics["test"]["bleu"], abs=1e-9)
+    assert row["signature"] == metrics["test"]["bleu_signature"]
+    assert row["epochs"] == 1 and row["label"] == f"`{checkpoint}`"
+    record = metrics["history"][0]
+    assert row["train_minutes"] == pytest.approx(record["train_seconds"] / 60)
+    assert row["wall_minutes"] == pytest.approx(
+        (record["train_seconds"] + record.get("eval_seconds", 0.0)) / 60)
+    assert row["derived_epochs"] == 0
+
+
+def test_epochs_without_recorded_times_get_them_from_their_rates():
+    module = scripts.load_script("training/run_translation_results.py")
+    dev = {"pairs": 1000, "decoding_sentences_per_second": 10.0}
+    history = [{"epoch": 1, "tokens_per_second": 500.0, "dev": dev},
+               {"epoch": 2, "tokens_per_second": 999.0, "tokens": 60_000, "dev": dev,
+                "train_seconds": 60.0, "eval_seconds": 120.0}]
+    # epoch 1: 60,000 tokens at 500/s = 120 s, 1,000 pairs at 10/s = 100 s
+    train, wall, derived = module.epoch_minutes(history)
+    assert (train, wall, derived) == (pytest.approx(3.0), pytest.approx(400 / 60), 1)
+    with pytest.raises(ValueError, match="train it with this version"):
+        module.epoch_minutes([{"epoch": 1, "tokens_per_second": 5.0}])

@@ -270,3 +270,38 @@ def test_restore_latest_returns_none_when_nothing_is_usable(tmp_path):
     assert [m.split("step-")[1][:8] for m in messages] == ["00000002", "00000001"]
     for a, b in zip(state(model), before):
         np.testing.assert_array_equal(a, b)
+
+
+def test_milestones_are_kept_besides_the_newest(tmp_path):
+    model = make_model()
+    checkpoints = StepCheckpoints(tmp_path, keep=2, keep_milestones=3,
+                                  is_milestone=lambda step: step % 10 == 0)
+    for step in (4, 8, 10, 14, 18, 20, 24, 28, 30, 34, 38):
+        save(checkpoints, model, step)
+    kept = [int(p.name.split("-")[1]) for p in checkpoints.paths()]
+    assert kept == [10, 20, 30, 34, 38]  # the 3 newest epoch ends + the 2 newest
+    assert [int(p.name.split("-")[1]) for p in checkpoints.milestones()] == [10, 20, 30]
+
+
+def test_average_weights_is_the_mean_of_the_saved_model_variables(tmp_path):
+    model = make_model()
+    checkpoints = StepCheckpoints(tmp_path, keep=5)
+    saved, paths = [], []
+    for step in (1, 2, 3):
+        train(model, 2)
+        saved.append([np.array(v.numpy()) for v in model.variables])
+        paths.append(save(checkpoints, model, step))
+    averaged = checkpoints.average_weights(paths[1:], model)
+    assert len(averaged) == len(model.variables)
+    for variable, value, second, third in zip(model.variables, averaged, saved[1], saved[2]):
+        assert value.dtype == np.asarray(variable.numpy()).dtype
+        if np.issubdtype(value.dtype, np.floating):
+            np.testing.assert_allclose(value, (second + third) / 2, rtol=1e-6, atol=1e-7)
+        else:  # the dropout's seed state: the last checkpoint's
+            np.testing.assert_array_equal(value, third)
+    # A checkpoint of another model is named, as when restoring.
+    with pytest.raises(CheckpointError, match="variables of the model, the model has 2 "):
+        checkpoints.average_weights(paths, keras.Sequential([keras.Input((3,)),
+                                                             keras.layers.Dense(2)]))
+    with pytest.raises(CheckpointError, match="no checkpoints to average"):
+        checkpoints.average_weights([], model)

@@ -442,3 +442,55 @@ def test_float_feedforward_channels_need_a_float_residual(tmp_path):
     with pytest.raises(ConfigError, match=r"model\.feedforward_float_channels.*"
                                           r"model\.float_residual: true"):
         TrainingConfig.from_dict(values)
+
+
+def dev_accuracy(tmp_path, model):
+    """The toy dev set's accuracy of `model`, computed here (the independent reference)."""
+    from keras_attn.text.classification_reader import ClassificationReader
+    from keras_attn.text.tokenizer import WordPieceTokenizer
+
+    examples = list(ClassificationReader(tmp_path / "data" / "dev.tsv", text_column="sentence",
+                                         label_column="label"))
+    x = WordPieceTokenizer(str(tmp_path / "run" / "vocab.txt"), sequence_length=16)(
+        [e.text for e in examples])
+    logits = model.predict({k: np.asarray(v) for k, v in x.items()}, verbose=0)
+    return np.mean(logits.argmax(-1) == np.array([int(e.label) for e in examples]))
+
+
+def test_checkpoint_averaging_keeps_the_last_epochs_and_uses_the_better(tmp_path):
+    import keras
+
+    # 12 updates an epoch, a checkpoint every 4 and only the newest kept: the last two
+    # epoch ends are kept for averaging anyway.
+    best_weights, results = in_process(tmp_path, "run", epochs=4, learning_rate=1e-2,
+                                       keep_checkpoints=1, average_checkpoints=2)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000036", "step-00000048"]
+    record = results["checkpoint_average"]
+    assert record["epochs"] == [3, 4]
+    # The reference: the two checkpoints' model arrays averaged with numpy, in the order of
+    # the model's variables.
+    arrays = []
+    for name in ("step-00000036", "step-00000048"):
+        meta = json.loads((checkpoints / name / "meta.json").read_text())
+        with np.load(checkpoints / name / "state.npz") as state:
+            arrays.append([state[f"{i:05d}"] for i, v in enumerate(meta["variables"])
+                           if v["owner"] == "model"])
+    averaged = [(a + b) / 2 if a.dtype.kind == "f" else b for a, b in zip(*arrays)]
+    model = keras.models.load_model(tmp_path / "run" / "model.keras")
+    shipped = [np.array(v.numpy()) for v in model.weights]
+    for variable, value in zip(model.variables, averaged, strict=True):
+        variable.assign(value)
+    assert record["dev"]["accuracy"] == pytest.approx(dev_accuracy(tmp_path, model))
+    assert record["used"] == (record["dev"]["accuracy"] > results["best_dev"]["accuracy"])
+    expected = [np.array(v.numpy()) for v in model.weights] if record["used"] else best_weights
+    assert max_difference(shipped, expected) < 1e-6
+
+
+def test_a_time_budget_stops_before_an_epoch_that_would_end_past_it(tmp_path):
+    _, results = in_process(tmp_path, "run", epochs=3, time_budget_minutes=1e-6)
+    assert len(results["history"]) == 1 and results["stopped_for_time"]
+    record = results["history"][0]
+    assert record["train_seconds"] > 0 and record["eval_seconds"] > 0
+    assert record["tokens"] > 0
+    assert results["train_seconds"] == pytest.approx(record["train_seconds"], abs=0.11)

@@ -292,6 +292,17 @@ def test_both_batch_sizes():
     assert (config.train.global_batch_size, config.train.per_replica_batch_size) == (None, 8)
 
 
+def test_averaging_one_checkpoint_is_an_error_and_budgets_are_checked():
+    with pytest.raises(ConfigError, match=re.escape(
+            "`train.average_checkpoints: 1` averages nothing: give 0 (off)")):
+        TrainingConfig.from_dict(minimal(train={"average_checkpoints": 1}))
+    with pytest.raises(ConfigError, match=r"`train\.time_budget_minutes` must be >= 0"):
+        TrainingConfig.from_dict(minimal(train={"time_budget_minutes": -5}))
+    config = TrainingConfig.from_dict(minimal(train={"average_checkpoints": 5,
+                                                     "time_budget_minutes": 90}))
+    assert (config.train.average_checkpoints, config.train.time_budget_minutes) == (5, 90)
+
+
 def test_neither_batch_size(tmp_path):
     path = write_config(tmp_path, "task: classification\ndata: {train: t.tsv}\n"
                                   "model: {preset: bert_tiny}\n"
@@ -477,7 +488,7 @@ def test_example_configs_are_valid(path):
 
 def test_every_key_is_a_declared_field_with_help():
     sections = (DataSection, ModelSection, TrainSection, DistributeSection)
-    assert [len(dataclasses.fields(section)) for section in sections] == [16, 15, 29, 3]
+    assert [len(dataclasses.fields(section)) for section in sections] == [16, 15, 31, 3]
     names = [f.name for section in sections for f in dataclasses.fields(section)]
     assert len(set(names)) == len(names)  # no key in two sections
     for section in sections:

@@ -5,7 +5,12 @@
     python training/run_translation_results.py runs/multi30k_transformer runs/multi30k_rnn
 
 For every run: the model, its parameters, test BLEU with the sacreBLEU signature (from the
-run's metrics.json), validation BLEU per epoch, training tokens/s, wall time and the CPU;
+run's metrics.json), validation BLEU per epoch, training tokens/s, wall time (training and
+validation, summed over the epochs; epochs of an older version that did not record their time
+are estimated from the recorded ones, and the row says how many) and the CPU. Each
+`--checkpoint RUN STEP_DIR` adds the row of a step checkpoint of a run (its weights in the
+run's model, its epochs and their time, the test BLEU measured here): a run's state when a
+shorter wall-clock budget would have stopped it, best epoch by validation BLEU;
 then decoding speed (sentences/s) on the first `--speed-sentences` test sources, greedy
 and beam search, with and without the key/value cache, measured here (the trace of each
 decoder is done before the clock starts); and one alignment picture
@@ -20,13 +25,56 @@ import json
 import pathlib
 import sys
 
+import sacrebleu
+
 from keras_attn.machine import cpu_model
 from keras_attn.text.parallel_corpus import read_parallel_files
+from keras_attn.training.step_checkpoints import StepCheckpoints
 from keras_attn.translation import Translator
 from keras_attn.visualization import plot_attention
 
 BEGIN, END = "<!-- translation:begin -->", "<!-- translation:end -->"
+# Published German -> English numbers on this test set, trained on Multi30k's 29k pairs (as
+# read in the sources; none is cased sacreBLEU on detokenized text).
+PUBLISHED = [
+    "Lample et al. 2018, *Unsupervised Machine Translation Using Monolingual Corpora Only* "
+    "(ICLR, arXiv:1711.00043), Table 2, row “Supervised”, de-en: **38.38** — a 3-layer "
+    "BiLSTM encoder / LSTM decoder with attention, greedy decoding; the BLEU script is not "
+    "stated and the paper's text is lowercased and tokenized.",
+    "bentrevett/pytorch-seq2seq (commit 7faa64a, 2021), notebook 6 *Attention is All You "
+    "Need*: **36.52** (a 3 + 3-layer Transformer, d 256, 8 heads, d_ff 512, 10 epochs); "
+    "notebook 5, ConvS2S: 34.14; notebook 4, bidirectional GRU with Bahdanau attention: "
+    "**28.11** — torchtext `bleu_score` on spaCy-tokenized, lowercased tokens, greedy "
+    "decoding (earlier commits of the same notebooks printed 35.08–36.09 and 28.57–29.04).",
+]
 SENTENCE = "Ein Mann fährt Fahrrad."
+
+
+def epoch_minutes(history):
+    """`(training minutes, wall minutes, derived)` of the epochs of `history` (wall: training
+    and validation). Epochs recorded by an older version without their times (`derived` of
+    them) get them from their own rates: the epoch's tokens (as recorded by the others) at
+    its tokens/s, the validation pairs at its decoding sentences/s."""
+    tokens = [h["tokens"] for h in history if "tokens" in h]
+    epoch_tokens = sum(tokens) / len(tokens) if tokens else None
+    train = wall = 0.0
+    derived = 0
+    for record in history:
+        if "train_seconds" in record:
+            seconds = record["train_seconds"]
+            validation = record.get("eval_seconds", 0.0)
+        elif epoch_tokens is not None:
+            derived += 1
+            seconds = epoch_tokens / record["tokens_per_second"]
+            dev = record.get("dev") or {}
+            validation = (dev["pairs"] / dev["decoding_sentences_per_second"]
+                          if dev.get("decoding_sentences_per_second") else 0.0)
+        else:
+            raise ValueError("no epoch of this run records its tokens and times: train it "
+                             "with this version of keras-attn")
+        train += seconds
+        wall += seconds + validation
+    return train / 60, wall / 60, derived
 
 
 def run_summary(run_dir):
@@ -36,17 +84,44 @@ def run_summary(run_dir):
     translator = Translator.from_run(run)
     history = metrics["history"]
     test = metrics.get("test") or {}
+    train_minutes, wall_minutes, derived = epoch_minutes(history)
+    average = metrics.get("checkpoint_average") or {}
     return {
-        "run": str(run), "model": type(translator.model).__name__,
+        "run": str(run), "label": f"`{run}`", "model": type(translator.model).__name__,
         "parameters": translator.model.count_params(),
         "test_bleu": test.get("bleu"), "signature": test.get("bleu_signature"),
         "dev_bleu": [round(h["dev"]["bleu"], 2) for h in history if "dev" in h],
-        "best_epoch": metrics["best_epoch"],
+        "best_epoch": metrics["best_epoch"], "epochs": len(history),
+        "averaged": average.get("epochs") if average.get("used") else None,
         "tokens_per_second": history[-1]["tokens_per_second"] if history else None,
-        "train_seconds": metrics["train_seconds_this_process"],
-        "wall_seconds": metrics["wall_seconds_this_process"],
-        "cpu_count": metrics["machine"]["cpu_count"],
+        "train_minutes": train_minutes, "wall_minutes": wall_minutes,
+        "derived_epochs": derived, "cpu_count": metrics["machine"]["cpu_count"],
     }
+
+
+def checkpoint_summary(run_dir, checkpoint, pairs):
+    """The row of the step checkpoint `checkpoint` of a run: the best epoch's weights when
+    the checkpoint was written are not kept in it, so its own weights are scored (the
+    checkpoint to give is the best epoch's end), on the test `pairs`."""
+    row = run_summary(run_dir)
+    translator = Translator.from_run(run_dir)
+    checkpoints = StepCheckpoints(pathlib.Path(checkpoint).parent)
+    meta, arrays = checkpoints.read(checkpoint, translator.model, None, owners=("model",))
+    for variable, array in zip(translator.model.variables, arrays):
+        variable.assign(array)
+    history = meta["trainer_state"]["history"]
+    hypotheses = translator.translate([p.source for p in pairs])
+    score = sacrebleu.metrics.BLEU()
+    bleu = score.corpus_score(hypotheses, [[p.target for p in pairs]])
+    train_minutes, wall_minutes, derived = epoch_minutes(history)
+    row.update(label=f"`{checkpoint}`", test_bleu=bleu.score,
+               signature=str(score.get_signature()), epochs=len(history),
+               dev_bleu=[round(h["dev"]["bleu"], 2) for h in history if "dev" in h],
+               best_epoch=meta["trainer_state"]["best_epoch"], averaged=None,
+               tokens_per_second=history[-1]["tokens_per_second"],
+               train_minutes=train_minutes, wall_minutes=wall_minutes,
+               derived_epochs=derived)
+    return row
 
 
 def decoding_speed(run_dir, sources, batch_size, beams):
@@ -71,27 +146,39 @@ def section_markdown(rows, speeds, speed_sentences, picture, cpu):
         "`keras-attn train training/multi30k_transformer.yaml` and "
         "`training/multi30k_rnn.yaml`; BLEU is sacreBLEU on the detokenized, cased output "
         "against the raw references of `test_2016_flickr` (beam search through the "
-        f"key/value cache). CPU: {cpu}.", "",
-        "| model | parameters | test2016 BLEU | best epoch | validation BLEU per epoch | "
-        "training tokens/s | training time | CPUs |",
-        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+        f"key/value cache). CPU: {cpu}. Wall time: training and validation (beam search "
+        "on the 1,014 validation sentences after every epoch).", "",
+        "| model | run / checkpoint | parameters | test2016 BLEU | epochs (best) | "
+        "validation BLEU per epoch | training tokens/s (last epoch) | training time | "
+        "wall time | CPUs |",
+        "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
         bleu = "—" if row["test_bleu"] is None else f"{row['test_bleu']:.2f}"
+        best = f"{row['epochs']} ({row['best_epoch']}" + (
+            f"; average of {row['averaged'][0]}–{row['averaged'][-1]})" if row["averaged"]
+            else ")")
+        derived = (f" ({row['derived_epochs']} epochs from their rates)"
+                   if row["derived_epochs"] else "")
         lines.append(
-            f"| {row['model']} (`{row['run']}`) | {row['parameters']:,} | {bleu} | "
-            f"{row['best_epoch']} | {', '.join(f'{b:.2f}' for b in row['dev_bleu'])} | "
-            f"{row['tokens_per_second']:,.0f} | {row['train_seconds'] / 60:.1f} min | "
-            f"{row['cpu_count']} |")
+            f"| {row['model']} | {row['label']} | {row['parameters']:,} | {bleu} | {best} | "
+            f"{', '.join(f'{b:.2f}' for b in row['dev_bleu'])} | "
+            f"{row['tokens_per_second']:,.0f} | {row['train_minutes']:.0f} min | "
+            f"{row['wall_minutes']:.0f} min{derived} | {row['cpu_count']} |")
     signatures = sorted({row["signature"] for row in rows if row["signature"]})
     lines += ["", f"sacreBLEU signature: `{' / '.join(signatures) or '—'}`", "",
+              "Published numbers for this test set (lowercased, tokenized BLEU reads higher "
+              "than cased sacreBLEU of the same output):", ""]
+    lines += [f"- {entry}" for entry in PUBLISHED]
+    lines += ["",
               f"Decoding speed, sentences/s on the first {speed_sentences} test sources "
               "(batches of 64 sorted by length):", "",
               "| model | " + " | ".join(next(iter(speeds.values()))) + " |",
               "| --- |" + " ---: |" * len(next(iter(speeds.values())))]
-    for row in rows:
-        lines.append(f"| {row['model']} | "
-                     + " | ".join(f"{v:.1f}" for v in speeds[row["run"]].values()) + " |")
+    for run, values in speeds.items():
+        model = next(row["model"] for row in rows if row["run"] == run)
+        lines.append(f"| {model} (`{run}`) | " + " | ".join(f"{v:.1f}" for v in values.values())
+                     + " |")
     if picture:
         lines += ["", f"Cross-attention of the {rows[0]['model']} translating "
                       f"“{SENTENCE}” (`keras-attn explain {rows[0]['run']} \"{SENTENCE}\"`):",
@@ -117,11 +204,15 @@ def main(argv=None):
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--picture", default="images/translation_alignment.png",
                         help="relative to the results page; '' for none")
+    parser.add_argument("--checkpoint", nargs=2, action="append", default=[],
+                        metavar=("RUN", "STEP_DIR"),
+                        help="also the row of this step checkpoint of RUN (repeatable)")
     args = parser.parse_args(argv)
     pairs, _ = read_parallel_files(args.test_source, args.test_target)
     sources = [p.source for p in pairs[: args.speed_sentences]]
     rows = [run_summary(run) for run in args.runs]
-    speeds = {row["run"]: decoding_speed(row["run"], sources, 64, args.beams) for row in rows}
+    rows += [checkpoint_summary(run, step, pairs) for run, step in args.checkpoint]
+    speeds = {run: decoding_speed(run, sources, 64, args.beams) for run in args.runs}
     results = pathlib.Path(args.results)
     if args.picture:
         alignment = Translator.from_run(args.runs[0]).alignment(SENTENCE)

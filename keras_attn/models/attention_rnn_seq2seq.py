@@ -84,7 +84,7 @@ class AttentionRNNSeq2Seq(EncoderDecoderDecoding, ModelConfig, keras.Model):
         embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embedding_dropout")
         encoder = keras.layers.Bidirectional(
             keras.layers.GRU(hidden_dim, return_sequences=True, return_state=True,
-                             dtype=dtype), dtype=dtype, name="encoder")
+                             dtype=dtype, name="gru"), dtype=dtype, name="encoder")
         bridge = keras.layers.Dense(hidden_dim, activation="tanh", dtype=dtype, name="bridge")
         decoder = keras.layers.GRU(hidden_dim, return_sequences=True, return_state=True,
                                    dtype=dtype, name="decoder")

@@ -19,11 +19,13 @@ from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.training.config import ConfigError
 
 # Settings that may change when a run is resumed: where and how fast it runs, what it logs,
-# and how long it trains (a run continued for more epochs or steps is resumed).
+# how long it trains (a run continued for more epochs or steps is resumed) and whether its
+# last epochs are averaged at the end.
 RESUMABLE_SETTINGS = ("output_dir", "distribute.strategy", "distribute.tpu",
                       "distribute.logical_cpu_devices", "train.log_every_steps",
                       "train.keep_checkpoints", "train.checkpoint_every_steps",
-                      "train.eval_batch_size", "train.epochs", "train.max_steps")
+                      "train.eval_batch_size", "train.epochs", "train.max_steps",
+                      "train.average_checkpoints", "train.time_budget_minutes")
 # What a run has trained: a directory with `config.json` and none of these stopped before its
 # first checkpoint (a config error found while building the model, a kill in the first
 # steps): nothing is lost by starting it again with another configuration.

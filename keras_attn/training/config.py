@@ -155,6 +155,10 @@ class TrainSection(_Section):
 
     epochs: int = setting(3, minimum=1, help="passes over the training data")
     max_steps: int | None = setting(None, minimum=1, help="stop after this many updates")
+    time_budget_minutes: float | None = setting(
+        None, minimum=0.0, help="wall-clock budget of the training steps (validation not "
+                                "counted): no epoch starts that would end past it, judged by "
+                                "the last one")
     global_batch_size: int | None = setting(32, minimum=1,
                                             help="examples per update over all replicas")
     per_replica_batch_size: int | None = setting(None, minimum=1,
@@ -197,6 +201,10 @@ class TrainSection(_Section):
                                           help="steps between checkpoints (and at every "
                                                "epoch's end)")
     keep_checkpoints: int = setting(3, minimum=1, help="latest checkpoints kept")
+    average_checkpoints: int = setting(
+        0, minimum=0, help="at the end, average the weights of the last N epochs' checkpoints "
+                           "(kept besides keep_checkpoints); used when it scores better on "
+                           "dev than the best epoch (Vaswani et al. 6.1). 0: off")
     log_every_steps: int = setting(50, minimum=1, help="steps between progress lines")
 
 
@@ -303,6 +311,9 @@ class TrainingConfig(_Section):
             raise ConfigError(f"`model.checkpoint` imports BERT weights; task {self.task!r} "
                               "trains a GPT or encoder-decoder model: use `model.preset`.",
                               self.source)
+        if train.average_checkpoints == 1:
+            raise ConfigError("`train.average_checkpoints: 1` averages nothing: give 0 (off) or "
+                              "the number of last epochs to average (2 or more).", self.source)
         self._check_parallel_files()
         self._check_quantization_keys()
         if self.model.use_crf and self.task not in TAGGING_TASKS:

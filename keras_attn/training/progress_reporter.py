@@ -101,8 +101,18 @@ class ProgressReporter:
             self.stream.flush()
 
     @property
+    def run_tokens(self):
+        """Tokens of the steps since the last `start`."""
+        return self._run_tokens
+
+    @property
+    def run_seconds(self):
+        """Seconds since the last `start`."""
+        return time.perf_counter() - self._run_start
+
+    @property
     def run_tokens_per_second(self):
-        return self._run_tokens / max(time.perf_counter() - self._run_start, 1e-9)
+        return self._run_tokens / max(self.run_seconds, 1e-9)
 
     def scalars(self, step, values, prefix):
         """Writes a dict of numbers (evaluation metrics) to TensorBoard."""

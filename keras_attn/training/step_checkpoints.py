@@ -11,6 +11,10 @@ mid-write leaves no directory that looks finished. Reading checks the checksum a
 every variable matches the model's by path and shape; a checkpoint that fails is reported
 and the previous one is tried, so a corrupt latest checkpoint costs only the steps since
 the one before.
+
+Besides the newest `keep`, the newest `keep_milestones` checkpoints whose step is a
+milestone (the trainer's epoch ends) are kept, for `average_weights` (checkpoint averaging,
+Vaswani et al. 2017, 6.1).
 """
 
 import hashlib
@@ -33,6 +37,10 @@ _PROCESS_SUFFIX = re.compile(r"^([^/]+?)_\d+/")
 
 def _comparable(path):
     return _PROCESS_SUFFIX.sub(r"\1/", path)
+
+
+def _step(path):
+    return int(path.name[len(PREFIX):])
 
 
 class CheckpointError(KerasAttnError, RuntimeError):
@@ -61,6 +69,9 @@ class StepCheckpoints:
         directory: where the `step-*` directories go.
         keep: how many of the newest checkpoints to keep. Defaults to `3`.
         log: callable receiving one-line messages (skipped corrupt checkpoints).
+        keep_milestones: how many of the newest milestone checkpoints to keep besides
+            those. Defaults to `0`.
+        is_milestone: callable, step -> bool (e.g. an epoch's end). Defaults to none.
 
     Example:
     >>> import tempfile
@@ -72,10 +83,16 @@ class StepCheckpoints:
     10
     """
 
-    def __init__(self, directory, keep=3, log=None):
+    def __init__(self, directory, keep=3, log=None, keep_milestones=0, is_milestone=None):
         self.directory = pathlib.Path(directory)
         self.keep = keep
         self.log = log or (lambda message: None)
+        self.keep_milestones = keep_milestones
+        self.is_milestone = is_milestone or (lambda step: False)
+
+    def milestones(self):
+        """Finished checkpoint directories at milestone steps, oldest first."""
+        return [path for path in self.paths() if self.is_milestone(_step(path))]
 
     def paths(self):
         """Finished checkpoint directories, oldest first."""
@@ -111,12 +128,17 @@ class StepCheckpoints:
             }
             with open(temporary / "meta.json", "w", encoding="utf-8") as file:
                 json.dump(meta, file, indent=1)
-        for old in self.paths()[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        kept = set(self.paths()[-self.keep:])
+        if self.keep_milestones:
+            kept.update(self.milestones()[-self.keep_milestones:])
+        for old in self.paths():
+            if old not in kept:
+                shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def read(self, path, model, optimizer):
+    def read(self, path, model, optimizer, owners=("model", "optimizer")):
         """`(meta, arrays)` of the checkpoint at `path`, verified against the model.
+        `owners=("model",)` reads the model's variables only.
 
         Raises `CheckpointError` saying what is wrong (missing file, checksum mismatch,
         unreadable arrays, variables that do not match the model).
@@ -133,16 +155,21 @@ class StepCheckpoints:
             raise CheckpointError(f"{meta_path}: not a checkpoint description (a JSON object)")
         if _sha256(state_path) != meta.get("state_sha256"):
             raise CheckpointError(f"{state_path}: checksum mismatch (file damaged or partial)")
-        variables = _variables(model, optimizer)
-        expected = meta.get("variables", [])
+        variables = [(owner, v) for owner, v in _variables(model, optimizer) if owner in owners]
+        stored = [(i, saved) for i, saved in enumerate(meta.get("variables", []))
+                  if saved.get("owner") in owners]
+        expected = [saved for _, saved in stored]
         if len(expected) != len(variables):
             raise CheckpointError(
-                f"{path}: holds {len(expected)} variables, the model and optimizer have "
-                f"{len(variables)} (a different model or optimizer configuration)"
+                f"{path}: holds {len(expected)} variables"
+                f"{'' if len(owners) > 1 else ' of the ' + owners[0]}, the "
+                f"{' and '.join(owners)} {'have' if len(owners) > 1 else 'has'} "
+                f"{len(variables)} (a different model or "
+                "optimizer configuration)"
             )
         try:
             with np.load(state_path) as state:
-                arrays = [state[f"{i:05d}"] for i in range(len(variables))]
+                arrays = [state[f"{i:05d}"] for i, _ in stored]
         except Exception as error:  # zipfile/pickle errors have no common base class
             raise CheckpointError(f"{state_path}: unreadable ({error})") from None
         for (owner, variable), saved, array in zip(variables, expected, arrays):
@@ -153,6 +180,28 @@ class StepCheckpoints:
                     f"{owner} variable {variable.path} {tuple(variable.shape)}"
                 )
         return meta, arrays
+
+    def average_weights(self, paths, model):
+        """The model's weights averaged over the checkpoints at `paths`:
+        theta = (1/N) sum_i theta_i for every floating-point variable; the others (seed
+        generator states) are taken from the last checkpoint. A list in `model.variables`
+        order, for `set_weights`-style assignment.
+
+        Raises `CheckpointError` when a checkpoint is unusable (see `read`).
+        """
+        if not paths:
+            raise CheckpointError(f"{self.directory}: no checkpoints to average")
+        sums = None
+        for path in paths:
+            meta, arrays = self.read(path, model, None, owners=("model",))
+            if sums is None:
+                sums = [a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
+                        for a in arrays]
+                continue
+            sums = [total + a if np.issubdtype(a.dtype, np.floating) else a
+                    for total, a in zip(sums, arrays)]
+        return [(total / len(paths)).astype(v.dtype) if np.issubdtype(total.dtype, np.floating)
+                else total for total, v in zip(sums, arrays)]
 
     def restore(self, path, model, optimizer):
         """Assigns the state at `path` to the model and optimizer; returns its meta."""

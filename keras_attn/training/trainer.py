@@ -146,7 +146,8 @@ class _EpochLoop:
     def run(self, runner, total_steps):
         step, steps_per_epoch = self.state["step"], self.stream.steps_per_epoch
         self.progress.start(step)
-        while step < total_steps and not self.state["stopped_early"]:
+        while step < total_steps and not self.state["stopped_early"] \
+                and not self.out_of_time():
             epoch = step // steps_per_epoch
             stop = self.epoch_end = min((epoch + 1) * steps_per_epoch, total_steps)
             runner.run(step, stop)
@@ -156,15 +157,37 @@ class _EpochLoop:
             self.save(step)
             self.progress.start(step)
 
+    def out_of_time(self):
+        """Whether the next epoch's training, if it takes as long as the last one's, would
+        end past `train.time_budget_minutes` of training (validation is not counted: its
+        cost depends on the decoding settings and on how long an untrained model's outputs
+        run, not on what training costs)."""
+        budget, history = self.train.time_budget_minutes, self.state["history"]
+        if budget is None or not history:
+            return False
+        seconds = [h.get("train_seconds", 0.0) for h in history]
+        if sum(seconds) + seconds[-1] <= budget * 60:
+            return False
+        self.state["stopped_for_time"] = True
+        self.trainer.log(f"time budget: {sum(seconds) / 60:.1f} of {budget:g} minutes of "
+                         f"training spent in {len(history)} epochs; another would take "
+                         f"{seconds[-1] / 60:.1f}: stopping")
+        return True
+
     def end_of_epoch(self, epoch, step):
         """The epoch's history record, with its dev scores (early stopping follows them)."""
         task, state = self.task, self.state
         record = {"epoch": epoch + 1, "step": step,
                   "updates": step // self.train.gradient_accumulation_steps,
-                  "tokens_per_second": round(self.progress.run_tokens_per_second, 1)}
+                  "tokens_per_second": round(self.progress.run_tokens_per_second, 1),
+                  # this process's part of the epoch (all of it unless resumed within it)
+                  "tokens": self.progress.run_tokens,
+                  "train_seconds": round(self.progress.run_seconds, 1)}
         if task.dev_examples is not None:
+            started = time.perf_counter()
             scores = task.evaluate(self.predict, task.dev_examples, self.train.eval_batch_size)
             record["dev"] = scores
+            record["eval_seconds"] = round(time.perf_counter() - started, 1)
             self.progress.scalars(step, scores, "dev")
             self.trainer._early_stopping(state, task, scores[task.metric], epoch + 1,
                                          self.model)
@@ -223,7 +246,8 @@ class Trainer:
 
     def _trainer_state(self):
         return {"step": 0, "history": [], "best_value": None, "best_epoch": None,
-                "epochs_without_improvement": 0, "stopped_early": False}
+                "epochs_without_improvement": 0, "stopped_early": False,
+                "stopped_for_time": False}
 
     # --- the run ------------------------------------------------------------------------
 
@@ -259,7 +283,8 @@ class Trainer:
                  f"updates ({train.epochs} epochs x "
                  f"{stream.steps_per_epoch // train.gradient_accumulation_steps:,}"
                  f"{', capped by max_steps' if train.max_steps else ''})")
-        checkpoints, state = self._restore(model, optimizer, stream.steps_per_epoch)
+        checkpoints, state = self._restore(model, optimizer, stream.steps_per_epoch,
+                                           total_steps)
         progress = ProgressReporter(
             total_steps, stream.steps_per_epoch, train.log_every_steps, self.log,
             tf.summary.create_file_writer(str(self.output_dir / "tensorboard"))
@@ -270,7 +295,7 @@ class Trainer:
         train_started = time.perf_counter()
         loop.run(runner, total_steps)
         train_seconds = time.perf_counter() - train_started
-        return self._finish(task, model, loop.predict, state, stream, {
+        return self._finish(task, model, loop.predict, state, stream, checkpoints, {
             "strategy": description, "runner": runner_name, "replicas": replicas,
             "global_batch_size": global_batch, "per_replica_batch_size": per_replica,
             "gradient_accumulation_steps": train.gradient_accumulation_steps,
@@ -348,10 +373,13 @@ class Trainer:
                  "activations (ranges: moving averages of the training batches)")
         return model
 
-    def _restore(self, model, optimizer, steps_per_epoch):
-        """`(checkpoints, trainer state)`, resumed from the latest checkpoint if any."""
-        checkpoints = StepCheckpoints(self.output_dir / "checkpoints",
-                                      self.config.train.keep_checkpoints, self.log)
+    def _restore(self, model, optimizer, steps_per_epoch, total_steps):
+        """`(checkpoints, trainer state)`, resumed from the latest checkpoint if any. The
+        last `train.average_checkpoints` epoch ends are kept for averaging."""
+        checkpoints = StepCheckpoints(
+            self.output_dir / "checkpoints", self.config.train.keep_checkpoints, self.log,
+            keep_milestones=self.config.train.average_checkpoints,
+            is_milestone=lambda step: step % steps_per_epoch == 0 or step == total_steps)
         state = self._trainer_state()
         meta = checkpoints.restore_latest(model, optimizer)
         if meta is not None:
@@ -377,7 +405,36 @@ class Trainer:
                 state["stopped_early"] = True
                 self.log(f"early stopping: no dev improvement for {patience} epochs")
 
-    def _finish(self, task, model, predict, state, stream, facts):
+    def _average_checkpoints(self, task, model, predict, state, checkpoints, steps_per_epoch):
+        """Checkpoint averaging (`train.average_checkpoints`, Vaswani et al. 2017, 6.1): the
+        model's weights averaged over the last N epochs' checkpoints, kept when they score
+        better on dev than the best epoch (whose weights the model holds on entry). Returns
+        the record for `metrics.json`, or `None` when off. The chief alone (it writes the
+        checkpoints and the model) averages."""
+        count = self.config.train.average_checkpoints
+        if not count or task.dev_examples is None or not self.chief:
+            return None
+        paths = checkpoints.milestones()[-count:]
+        epochs = [-(-int(p.name.split("-")[-1]) // steps_per_epoch) for p in paths]
+        if len(paths) < 2:
+            self.log(f"checkpoint averaging: {len(paths)} epoch checkpoint(s) in "
+                     f"{checkpoints.directory}, 2 or more needed; the best epoch is used")
+            return {"epochs": epochs, "used": False, "dev": None}
+        best = [np.array(v.numpy()) for v in model.variables]
+        for variable, value in zip(model.variables, checkpoints.average_weights(paths, model)):
+            variable.assign(value)
+        scores = task.evaluate(predict, task.dev_examples, self.config.train.eval_batch_size)
+        value, best_value = scores[task.metric], state["best_value"]
+        used = value > best_value if task.higher_is_better else value < best_value
+        if not used:
+            for variable, value_before in zip(model.variables, best):
+                variable.assign(value_before)
+        self.log(f"checkpoint average of epochs {epochs[0]}-{epochs[-1]}: dev {task.metric} "
+                 f"{value:.4f} vs {best_value:.4f} at the best epoch {state['best_epoch']}: "
+                 f"{'the average' if used else 'the best epoch'} is kept")
+        return {"epochs": epochs, "used": bool(used), "dev": scores}
+
+    def _finish(self, task, model, predict, state, stream, checkpoints, facts):
         config, log = self.config, self.log
         best_file = self.output_dir / "best.weights.h5"
         if self._best_weights is not None:
@@ -386,11 +443,18 @@ class Trainer:
         elif state["best_epoch"] is not None and best_file.is_file():
             model.load_weights(best_file)  # the best epoch was before a resume
             log(f"restored the best weights (epoch {state['best_epoch']}) from {best_file}")
+        history = state["history"]
         results = {
             "task": task.name, "metric": task.metric, "config": config.to_dict(),
             **facts,
+            # every process's training and evaluation time (the epochs that record it)
+            "train_seconds": round(sum(h.get("train_seconds", 0.0) for h in history), 1),
+            "eval_seconds": round(sum(h.get("eval_seconds", 0.0) for h in history), 1),
+            "checkpoint_average": self._average_checkpoints(
+                task, model, predict, state, checkpoints, stream.steps_per_epoch),
             "best_epoch": state["best_epoch"], "best_dev": None, "test": None,
-            "stopped_early": state["stopped_early"], "history": state["history"],
+            "stopped_early": state["stopped_early"],
+            "stopped_for_time": state.get("stopped_for_time", False), "history": history,
             "examples": {"train": stream.num_examples,
                          "dev": len(task.dev_examples) if task.dev_examples else 0,
                          "test": len(task.test_examples) if task.test_examples else 0},
