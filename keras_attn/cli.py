@@ -121,6 +121,10 @@ def _train(args):
     _say("== results")
     if metric in best:
         _say(f"  dev {metric} (best, epoch {results['best_epoch']}): {best[metric]:.4f}")
+    average = results.get("checkpoint_average") or {}
+    if average.get("used"):
+        _say(f"  dev {metric} (average of epochs {average['epochs'][0]}-"
+             f"{average['epochs'][-1]}, kept): {average['dev'][metric]:.4f}")
     if metric in test:
         _say(f"  test {metric}: {test[metric]:.4f}")
     _say(f"  files in {config.output_dir}: model.keras, metrics.json, checkpoints/, tensorboard/")

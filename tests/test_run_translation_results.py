@@ -90,6 +90,13 @@ def test_a_checkpoint_row_scores_the_checkpoint_weights(tiny_run, tmp_path):
     assert row["wall_minutes"] == pytest.approx(
         (record["train_seconds"] + record.get("eval_seconds", 0.0)) / 60)
     assert row["derived_epochs"] == 0
+    # At a given time per epoch (the run's epoch measured alone): no wall time.
+    timed = module.checkpoint_summary(tiny_run, checkpoint, pairs, epoch_seconds=30)
+    assert (timed["train_minutes"], timed["wall_minutes"]) == (0.5, None)
+    assert timed["test_bleu"] == row["test_bleu"]
+    speeds = {str(tiny_run): {"greedy, cache": 1.0}}
+    table = module.section_markdown([row, timed], speeds, 6, "", "cpu")
+    assert "| 0 min (1 × 30 s) | — |" in table
 
 
 def test_epochs_without_recorded_times_get_them_from_their_rates():

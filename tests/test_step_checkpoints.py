@@ -305,3 +305,36 @@ def test_average_weights_is_the_mean_of_the_saved_model_variables(tmp_path):
                                                              keras.layers.Dense(2)]))
     with pytest.raises(CheckpointError, match="no checkpoints to average"):
         checkpoints.average_weights([], model)
+
+
+class Noisy(keras.layers.Layer):
+    """A layer that owns a seed generator (like a Transformer block's dropout state): its
+    variable path is `<layer>/seed_generator_<n>/...`, `n` counted per process."""
+
+    def build(self, input_shape):
+        # made in build(), under the layer's name scope, as a block's dropouts are
+        self.seed_generator = keras.random.SeedGenerator(7)
+
+    def call(self, x, training=False):
+        noise = keras.random.normal(keras.ops.shape(x), seed=self.seed_generator)
+        return x + 0.1 * noise if training else x
+
+
+def noisy_model():
+    inputs = keras.Input((3,), name="x")
+    outputs = keras.layers.Dense(2, name="out")(Noisy(name="noisy")(inputs))
+    return keras.Model(inputs, outputs, name="noisy_model")
+
+
+def test_nested_seed_generators_numbered_by_the_process_still_match(tmp_path):
+    model = noisy_model()
+    checkpoints = StepCheckpoints(tmp_path)
+    path = checkpoints.save(model, None, step=1)
+    [keras.random.SeedGenerator(0) for _ in range(3)]  # the process counts on
+    later = noisy_model()
+    paths = [v.path for v in model.variables + later.variables if "seed_generator" in v.path]
+    assert len(set(paths)) == 2 and all(p.startswith("noisy/seed_generator_") for p in paths)
+    checkpoints.read(path, later, None, owners=("model",))
+    checkpoints.restore(path, later, None)
+    for a, b in zip(model.variables, later.variables, strict=True):
+        np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))

@@ -5,16 +5,17 @@
     python training/run_translation_results.py runs/multi30k_transformer runs/multi30k_rnn
 
 For every run: the model, its parameters, test BLEU with the sacreBLEU signature (from the
-run's metrics.json), validation BLEU per epoch, training tokens/s, wall time (training and
-validation, summed over the epochs; epochs of an older version that did not record their time
-are estimated from the recorded ones, and the row says how many) and the CPU. Each
+run's metrics.json), validation BLEU per epoch, training tokens/s, training time and wall
+time (training and validation, summed over the epochs; epochs of an older version that did not
+record their time get it from their own rates, and the row says how many) and the CPU. Each
 `--checkpoint RUN STEP_DIR` adds the row of a step checkpoint of a run (its weights in the
 run's model, its epochs and their time, the test BLEU measured here): a run's state when a
-shorter wall-clock budget would have stopped it, best epoch by validation BLEU;
+shorter training budget would have stopped it, best epoch by validation BLEU (with
+`--epoch-seconds S`, its training time is S an epoch, e.g. the run's epoch measured alone);
 then decoding speed (sentences/s) on the first `--speed-sentences` test sources, greedy
 and beam search, with and without the key/value cache, measured here (the trace of each
 decoder is done before the clock starts); and one alignment picture
-(`--picture`, the first run's cross-attention for `--sentence`). The section replaces
+(`--picture`, the first run's cross-attention for `SENTENCE`). The section replaces
 what is between `<!-- translation:begin -->` and `<!-- translation:end -->` in
 `--results` (appended with the markers when they are missing); the rest of the page is
 left as it is.
@@ -50,13 +51,13 @@ PUBLISHED = [
 SENTENCE = "Ein Mann fährt Fahrrad."
 
 
-def epoch_minutes(history):
+def epoch_minutes(history, epoch_tokens=None):
     """`(training minutes, wall minutes, derived)` of the epochs of `history` (wall: training
     and validation). Epochs recorded by an older version without their times (`derived` of
-    them) get them from their own rates: the epoch's tokens (as recorded by the others) at
-    its tokens/s, the validation pairs at its decoding sentences/s."""
+    them) get them from their own rates: the epoch's tokens (as recorded by the others, or
+    `epoch_tokens`) at its tokens/s, the validation pairs at its decoding sentences/s."""
     tokens = [h["tokens"] for h in history if "tokens" in h]
-    epoch_tokens = sum(tokens) / len(tokens) if tokens else None
+    epoch_tokens = sum(tokens) / len(tokens) if tokens else epoch_tokens
     train = wall = 0.0
     derived = 0
     for record in history:
@@ -99,10 +100,11 @@ def run_summary(run_dir):
     }
 
 
-def checkpoint_summary(run_dir, checkpoint, pairs):
-    """The row of the step checkpoint `checkpoint` of a run: the best epoch's weights when
-    the checkpoint was written are not kept in it, so its own weights are scored (the
-    checkpoint to give is the best epoch's end), on the test `pairs`."""
+def checkpoint_summary(run_dir, checkpoint, pairs, epoch_seconds=None):
+    """The row of the step checkpoint `checkpoint` of a run, its own weights scored on the
+    test `pairs` (give the end of the best epoch up to then, as a run stopped there would
+    keep). Its training time: as its epochs recorded it, or `epoch_seconds` an epoch (then
+    no wall time is given)."""
     row = run_summary(run_dir)
     translator = Translator.from_run(run_dir)
     checkpoints = StepCheckpoints(pathlib.Path(checkpoint).parent)
@@ -113,14 +115,23 @@ def checkpoint_summary(run_dir, checkpoint, pairs):
     hypotheses = translator.translate([p.source for p in pairs])
     score = sacrebleu.metrics.BLEU()
     bleu = score.corpus_score(hypotheses, [[p.target for p in pairs]])
-    train_minutes, wall_minutes, derived = epoch_minutes(history)
+    if epoch_seconds is None:
+        run_history = json.loads((pathlib.Path(run_dir) / "metrics.json").read_text(
+            encoding="utf-8"))["history"]
+        tokens = [h["tokens"] for h in run_history if "tokens" in h]
+        train_minutes, wall_minutes, derived = epoch_minutes(
+            history, sum(tokens) / len(tokens) if tokens else None)
+        timing = {}
+    else:
+        train_minutes, wall_minutes, derived = len(history) * epoch_seconds / 60, None, 0
+        timing = {"epoch_seconds": epoch_seconds}
     row.update(label=f"`{checkpoint}`", test_bleu=bleu.score,
                signature=str(score.get_signature()), epochs=len(history),
                dev_bleu=[round(h["dev"]["bleu"], 2) for h in history if "dev" in h],
                best_epoch=meta["trainer_state"]["best_epoch"], averaged=None,
                tokens_per_second=history[-1]["tokens_per_second"],
                train_minutes=train_minutes, wall_minutes=wall_minutes,
-               derived_epochs=derived)
+               derived_epochs=derived, **timing)
     return row
 
 
@@ -160,11 +171,14 @@ def section_markdown(rows, speeds, speed_sentences, picture, cpu):
             else ")")
         derived = (f" ({row['derived_epochs']} epochs from their rates)"
                    if row["derived_epochs"] else "")
+        training = f"{row['train_minutes']:.0f} min" + (
+            f" ({row['epochs']} × {row['epoch_seconds']:g} s)" if "epoch_seconds" in row
+            else "")
+        wall = "—" if row["wall_minutes"] is None else f"{row['wall_minutes']:.0f} min{derived}"
         lines.append(
             f"| {row['model']} | {row['label']} | {row['parameters']:,} | {bleu} | {best} | "
             f"{', '.join(f'{b:.2f}' for b in row['dev_bleu'])} | "
-            f"{row['tokens_per_second']:,.0f} | {row['train_minutes']:.0f} min | "
-            f"{row['wall_minutes']:.0f} min{derived} | {row['cpu_count']} |")
+            f"{row['tokens_per_second']:,.0f} | {training} | {wall} | {row['cpu_count']} |")
     signatures = sorted({row["signature"] for row in rows if row["signature"]})
     lines += ["", f"sacreBLEU signature: `{' / '.join(signatures) or '—'}`", "",
               "Published numbers for this test set (lowercased, tokenized BLEU reads higher "
@@ -207,11 +221,15 @@ def main(argv=None):
     parser.add_argument("--checkpoint", nargs=2, action="append", default=[],
                         metavar=("RUN", "STEP_DIR"),
                         help="also the row of this step checkpoint of RUN (repeatable)")
+    parser.add_argument("--epoch-seconds", type=float,
+                        help="the checkpoint rows' training time per epoch (e.g. the run's "
+                             "epoch measured alone on the machine), instead of their records")
     args = parser.parse_args(argv)
     pairs, _ = read_parallel_files(args.test_source, args.test_target)
     sources = [p.source for p in pairs[: args.speed_sentences]]
     rows = [run_summary(run) for run in args.runs]
-    rows += [checkpoint_summary(run, step, pairs) for run, step in args.checkpoint]
+    rows += [checkpoint_summary(run, step, pairs, args.epoch_seconds)
+             for run, step in args.checkpoint]
     speeds = {run: decoding_speed(run, sources, 64, args.beams) for run in args.runs}
     results = pathlib.Path(args.results)
     if args.picture:

@@ -33,10 +33,12 @@ PREFIX = "step-"
 # Keras makes top-level names unique per process (`adam_w_1/...`, `seed_generator_3/...`):
 # the suffix depends on what the process built before, so it is not compared.
 _PROCESS_SUFFIX = re.compile(r"^([^/]+?)_\d+/")
+# Seed generators (dropout's random state) are numbered per process wherever they are.
+_SEED_GENERATOR_NUMBER = re.compile(r"(^|/)seed_generator_\d+(?=/)")
 
 
 def _comparable(path):
-    return _PROCESS_SUFFIX.sub(r"\1/", path)
+    return _SEED_GENERATOR_NUMBER.sub(r"\1seed_generator", _PROCESS_SUFFIX.sub(r"\1/", path))
 
 
 def _step(path):
