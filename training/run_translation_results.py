@@ -78,12 +78,14 @@ def epoch_minutes(history, epoch_tokens=None):
     return train / 60, wall / 60, derived
 
 
-def run_summary(run_dir):
-    """The row of one run from its metrics.json and model."""
+def run_summary(run_dir, translator=None):
+    """The row of one run from its metrics.json and model (`translator`: the run's, if
+    already loaded)."""
     run = pathlib.Path(run_dir)
     metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
-    translator = Translator.from_run(run)
+    translator = translator or Translator.from_run(run)
     history = metrics["history"]
+    tokens = [h["tokens"] for h in history if "tokens" in h]
     test = metrics.get("test") or {}
     train_minutes, wall_minutes, derived = epoch_minutes(history)
     average = metrics.get("checkpoint_average") or {}
@@ -97,6 +99,7 @@ def run_summary(run_dir):
         "tokens_per_second": history[-1]["tokens_per_second"] if history else None,
         "train_minutes": train_minutes, "wall_minutes": wall_minutes,
         "derived_epochs": derived, "cpu_count": metrics["machine"]["cpu_count"],
+        "epoch_tokens": sum(tokens) / len(tokens) if tokens else None,
     }
 
 
@@ -105,8 +108,8 @@ def checkpoint_summary(run_dir, checkpoint, pairs, epoch_seconds=None):
     test `pairs` (give the end of the best epoch up to then, as a run stopped there would
     keep). Its training time: as its epochs recorded it, or `epoch_seconds` an epoch (then
     no wall time is given)."""
-    row = run_summary(run_dir)
     translator = Translator.from_run(run_dir)
+    row = run_summary(run_dir, translator)
     checkpoints = StepCheckpoints(pathlib.Path(checkpoint).parent)
     meta, arrays = checkpoints.read(checkpoint, translator.model, None, owners=("model",))
     for variable, array in zip(translator.model.variables, arrays):
@@ -116,11 +119,7 @@ def checkpoint_summary(run_dir, checkpoint, pairs, epoch_seconds=None):
     score = sacrebleu.metrics.BLEU()
     bleu = score.corpus_score(hypotheses, [[p.target for p in pairs]])
     if epoch_seconds is None:
-        run_history = json.loads((pathlib.Path(run_dir) / "metrics.json").read_text(
-            encoding="utf-8"))["history"]
-        tokens = [h["tokens"] for h in run_history if "tokens" in h]
-        train_minutes, wall_minutes, derived = epoch_minutes(
-            history, sum(tokens) / len(tokens) if tokens else None)
+        train_minutes, wall_minutes, derived = epoch_minutes(history, row["epoch_tokens"])
         timing = {}
     else:
         train_minutes, wall_minutes, derived = len(history) * epoch_seconds / 60, None, 0

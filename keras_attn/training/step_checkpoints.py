@@ -41,8 +41,9 @@ def _comparable(path):
     return _SEED_GENERATOR_NUMBER.sub(r"\1seed_generator", _PROCESS_SUFFIX.sub(r"\1/", path))
 
 
-def _step(path):
-    return int(path.name[len(PREFIX):])
+def step_of(path):
+    """The step of the checkpoint directory `path` (`step-00001200` -> 1200)."""
+    return int(pathlib.Path(path).name[len(PREFIX):])
 
 
 class CheckpointError(KerasAttnError, RuntimeError):
@@ -94,7 +95,7 @@ class StepCheckpoints:
 
     def milestones(self):
         """Finished checkpoint directories at milestone steps, oldest first."""
-        return [path for path in self.paths() if self.is_milestone(_step(path))]
+        return [path for path in self.paths() if self.is_milestone(step_of(path))]
 
     def paths(self):
         """Finished checkpoint directories, oldest first."""

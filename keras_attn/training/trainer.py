@@ -23,6 +23,7 @@ from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.progress_reporter import ProgressReporter
 from keras_attn.training.progress_reporter import format_duration
 from keras_attn.training.step_checkpoints import StepCheckpoints
+from keras_attn.training.step_checkpoints import step_of
 from keras_attn.training.strategy import is_chief
 from keras_attn.training.strategy import resolve_strategy
 from keras_attn.training.tasks import make_task
@@ -415,7 +416,7 @@ class Trainer:
         if not count or task.dev_examples is None or not self.chief:
             return None
         paths = checkpoints.milestones()[-count:]
-        epochs = [-(-int(p.name.split("-")[-1]) // steps_per_epoch) for p in paths]
+        epochs = [-(-step_of(path) // steps_per_epoch) for path in paths]
         if len(paths) < 2:
             self.log(f"checkpoint averaging: {len(paths)} epoch checkpoint(s) in "
                      f"{checkpoints.directory}, 2 or more needed; the best epoch is used")
