@@ -201,6 +201,46 @@ def plot_position_embeddings(path, table, title="learned position embeddings"):
     return similarity
 
 
+def plot_quantization_sensitivity(path, rows, float_ops=()):
+    """A bar per int8 op: the SNR of the logits with only that op in int8 (higher is
+    better; `quantization_sensitivity` rows, most sensitive at the top), the recipe's
+    own SNR as a line, and the ops an int8 budget moved to float in grey.
+
+        SNR_dB = 10 log10( sum(z_float^2) / sum((z_op - z_float)^2) )
+
+    Args:
+        path: the PNG file to write.
+        rows: `quantization_sensitivity` rows (`"all"` first, then one per op).
+        float_ops: names of ops drawn as moved to float (their rows, if any, in grey).
+
+    Returns:
+        The number of op bars drawn.
+
+    Example:
+    >>> import os, tempfile
+    >>> rows = [{"op": "all", "snr_db": 20.0}, {"op": "logits", "snr_db": 25.0}]
+    >>> plot_quantization_sensitivity(os.path.join(tempfile.mkdtemp(), "s.png"), rows)
+    1
+    """
+    plt = pyplot()
+    ops = [row for row in rows if row["op"] != "all"]
+    recipe = [row["snr_db"] for row in rows if row["op"] == "all"]
+    fig, ax = plt.subplots(figsize=(7, 0.25 * len(ops) + 1.4))
+    colors = ["0.7" if row["op"] in float_ops else "tab:blue" for row in ops]
+    ax.barh(range(len(ops)), [row["snr_db"] for row in ops], color=colors)
+    ax.set_yticks(range(len(ops)), [row["op"] for row in ops], fontsize=7)
+    ax.invert_yaxis()  # the most sensitive (lowest SNR) at the top
+    if recipe:
+        ax.axvline(recipe[0], color="tab:red", linestyle="--",
+                   label=f"the whole recipe: {recipe[0]:.1f} dB")
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlabel("SNR of the logits with only this op in int8 (dB; lower = more error)")
+    ax.set_title("int8 sensitivity per op", fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return len(ops)
+
+
 def pyplot():
     """`matplotlib.pyplot` on the non-interactive Agg backend (PNG files, no display).
 

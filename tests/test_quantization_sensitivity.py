@@ -1,10 +1,9 @@
-"""`quantization_sensitivity`: the int8 error each group of a calibrated twin adds alone."""
+"""`quantization_sensitivity`: the int8 error each op of a calibrated twin adds alone."""
 
 import numpy as np
 import pytest
 
 from keras_attn.quantization.qat_bert import QatBert
-from keras_attn.quantization.quantization_sensitivity import quantization_groups
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
 
 pytestmark = pytest.mark.tensorflow
@@ -28,38 +27,54 @@ def _snr(out, ref):
     return 10 * np.log10((ref ** 2).sum() / ((out - ref) ** 2).sum())
 
 
-def test_rows_match_the_twins_they_stand_for_and_flags_are_restored():
+def test_rows_match_the_twins_they_stand_for():
     qat, batches = _calibrated()
-    before = [np.asarray(qat(x, training=False)) for x in batches]
     rows = quantization_sensitivity(qat, batches)
-    # The model is left as it was (the recipe's flags).
-    after = [np.asarray(qat(x, training=False)) for x in batches]
-    np.testing.assert_array_equal(np.concatenate(before), np.concatenate(after))
-    # "all" is the recipe against its float twin (`with_quantization(False)`), by the formula.
+    # "all" is the recipe (ranges frozen) against its float twin, by the formula.
+    qat.freeze_ranges()
+    quantized = np.concatenate([np.asarray(qat(x, training=False)) for x in batches])
     float_twin = qat.with_quantization(False)
     reference = np.concatenate([np.asarray(float_twin(x, training=False)) for x in batches])
-    quantized = np.concatenate(before).astype("float64")
+    quantized = quantized.astype("float64")
     all_row = rows[0]
-    assert all_row["group"] == "all"
+    assert all_row["op"] == "all"
     assert all_row["snr_db"] == pytest.approx(_snr(quantized, reference), abs=0.05)
     assert all_row["max_abs_logit_diff"] == pytest.approx(np.abs(quantized - reference).max(),
                                                           abs=1e-4)
     assert all_row["agreement"] == np.mean(quantized.argmax(-1) == reference.argmax(-1))
-    # One row per group, sorted from the lowest SNR; each group alone errs less than all.
-    groups = [row["group"] for row in rows[1:]]
-    assert sorted(groups) == sorted(quantization_groups(qat))
+    # One row per op, sorted from the lowest SNR; each op alone errs less than all.
+    assert sorted(row["op"] for row in rows[1:]) == sorted(qat.quantization_ops())
     snrs = [row["snr_db"] for row in rows[1:]]
     assert snrs == sorted(snrs) and min(snrs) >= all_row["snr_db"] - 0.5
+    # A row is the model with every other op float (`with_float_ops`), by the formula.
+    op = rows[1]["op"]
+    alone = qat.with_float_ops([name for name in qat.quantization_ops() if name != op])
+    alone.freeze_ranges()
+    out = np.concatenate([np.asarray(alone(x, training=False)) for x in batches])
+    assert rows[1]["snr_db"] == pytest.approx(_snr(out.astype("float64"), reference), abs=0.05)
+    # Every op float is the float twin exactly.
+    every = qat.with_float_ops(qat.quantization_ops())
+    np.testing.assert_array_equal(
+        np.concatenate([np.asarray(every(x, training=False)) for x in batches]),
+        reference.astype("float32"))
 
 
-def test_a_group_with_a_bad_range_is_named_first():
+def test_ops_the_recipe_keeps_float_get_no_row():
     qat, batches = _calibrated()
-    # Squeeze one activation range of block 1 to a tenth: that block alone now clips hard.
+    partial = qat.with_float_ops(["transformer_layer_0/intermediate", "logits"])
+    ops = [row["op"] for row in quantization_sensitivity(partial, batches)[1:]]
+    assert sorted(ops) == sorted(set(qat.quantization_ops())
+                                 - {"transformer_layer_0/intermediate", "logits"})
+
+
+def test_an_op_with_a_bad_range_is_named_first():
+    qat, batches = _calibrated()
+    # Squeeze the Q/K/V output range of block 1 to a tenth: that op alone now clips hard.
     quantizer = qat.get_layer("transformer_layer_1").quantizers["qkv_quantizer"]
     quantizer.min_value.assign(quantizer.min_value.numpy() / 10)
     quantizer.max_value.assign(quantizer.max_value.numpy() / 10)
     rows = quantization_sensitivity(qat, batches)
-    assert rows[1]["group"] == "transformer_layer_1", rows
+    assert rows[1]["op"] == "transformer_layer_1/qkv", rows
     assert rows[1]["snr_db"] < rows[2]["snr_db"] - 3
 
 

@@ -21,6 +21,7 @@ from keras_attn.inference.predictor import load_predictor
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
@@ -157,10 +158,12 @@ def test_report_markdown_lists_every_artifact(classification):
     for row in report["artifacts"]:
         assert f"`{row['artifact']}`" in markdown
     assert "## Ops of `model_int8.tflite` that are not int8" in markdown
-    # One sensitivity row for the recipe, then one per group (embeddings, blocks, head).
+    # One sensitivity row for the recipe, then one per int8 op (embeddings, each block's
+    # matmuls, head), with its picture.
     sensitivity = report["quantization_sensitivity"]
-    assert sensitivity[0]["group"] == "all" and len(sensitivity) >= 4
-    assert {"embeddings", "transformer_layer_0", "logits"} <= {r["group"] for r in sensitivity}
+    assert sensitivity[0]["op"] == "all" and len(sensitivity) >= 4
+    assert {"embeddings", "transformer_layer_0/qkv", "logits"} <= {r["op"] for r in sensitivity}
+    assert (export_dir / "quantization_sensitivity.png").stat().st_size > 1000
     assert [r["snr_db"] for r in sensitivity[1:]] == sorted(r["snr_db"] for r in sensitivity[1:])
     assert "## Quantization sensitivity" in markdown and "| `embeddings` only |" in markdown
     assert report["quantization"] == QuantizationRecipe.all_int8(qat_epochs=1).to_dict()
@@ -506,12 +509,38 @@ def test_a_crf_tagger_gets_the_calibrated_int8_model(crf_ner):
     assert set(table["model_int8.tflite"]["non_int8_ops"]) <= \
         FLOAT_RESIDUAL_OPS | {"FULLY_CONNECTED", "GELU"}
     # The CRF twin's sensitivity compares its emissions (the tags are decoded outside).
-    assert report["quantization_sensitivity"][0]["group"] == "all"
+    assert report["quantization_sensitivity"][0]["op"] == "all"
+
+
+def test_an_int8_budget_is_searched_on_dev_and_kept_in_the_qat_run(crf_ner, tmp_path):
+    """`max_accuracy_drop`: the quantize stage scores the calibrated model on the run's dev
+    split, moves ops to float until within the budget, and keeps the choice in the QAT
+    run's model (the export converts it) and the search in its metrics.json."""
+    run = crf_ner[0]
+    recipe = QuantizationRecipe(calibration_examples=32, max_accuracy_drop=0.0)
+    qat_run = quantize_run(run, tmp_path / "qat", recipe)
+    record = qat_run.metrics()["quantization_budget"]
+    dev = RunDirectory(run).examples("dev")
+    assert record["split"] == "dev" and record["examples"] == len(dev)
+    assert record["within_budget"] and record["steps"][-1]["drop"] <= 0.0
+    assert record["steps"][0]["float_ops"] == []
+    assert qat_run.load_model().float_ops == tuple(record["float_ops"])
+    assert [row["op"] for row in record["sensitivity"][1:]][:len(record["float_ops"])] == \
+        record["float_ops"]
+    float_f1 = json.loads((run / "metrics.json").read_text())["best_dev"]["f1"]
+    assert record["float_metric"] == pytest.approx(100 * float_f1, abs=1e-3)
+    assert qat_run.lineage().quantization == recipe.to_dict()
+    markdown = report_markdown(dict(crf_ner[2], quantization_budget=record))
+    assert "## int8 accuracy budget" in markdown and "At most 0 points below float" in markdown
+    # Asking the same directory for another budget is refused, not silently reused.
+    with pytest.raises(RunDirectoryError, match="another recipe"):
+        quantize_run(run, tmp_path / "qat", QuantizationRecipe(calibration_examples=32))
 
 
 def test_a_crf_tagger_fine_tunes_through_its_crf_loss(crf_ner, tmp_path):
     run = crf_ner[0]
-    recipe = QuantizationRecipe(qat_epochs=1, calibration_examples=16)
+    # A budget the fine-tuned model meets: searched after the fine-tuning, nothing moved.
+    recipe = QuantizationRecipe(qat_epochs=1, calibration_examples=16, max_accuracy_drop=100)
     qat_run = quantize_run(run, tmp_path / "qat", recipe)
     qat, tagger = qat_run.load_model(), keras.models.load_model(run / "model.keras")
     assert qat.use_crf and qat_run.lineage().quantization == recipe.to_dict()
@@ -519,3 +548,4 @@ def test_a_crf_tagger_fine_tunes_through_its_crf_loss(crf_ner, tmp_path):
     assert np.abs(qat.crf.transitions.numpy() - tagger.crf.transitions.numpy()).max() > 1e-4
     metrics = json.loads((qat_run.path / "metrics.json").read_text())
     assert metrics["best_dev"]["f1"] >= 0.9
+    assert metrics["quantization_budget"]["float_ops"] == [] and qat.float_ops == ()

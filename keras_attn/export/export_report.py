@@ -70,6 +70,7 @@ def report_markdown(report):
         else:
             lines.append("None: every op runs in integer arithmetic.")
     lines += sensitivity_markdown(report.get("quantization_sensitivity"))
+    lines += budget_markdown(report.get("quantization_budget"))
     lines += ["", "## Op histograms", ""]
     for row in report["artifacts"]:
         if "ops" in row:
@@ -88,13 +89,34 @@ def sensitivity_markdown(rows):
     if not rows:
         return []
     lines = ["", "## Quantization sensitivity", "",
-             "The int8 error of the calibrated Keras twin with only one group quantized (the "
-             "rest float), against the twin with none quantized, on calibration examples; "
-             "most sensitive first (`keras_attn.quantization.quantization_sensitivity`).", "",
-             "| quantized | SNR of the logits (dB) | max \\|Δlogit\\| | argmax agreement |",
+             "The int8 error of the calibrated Keras model with only one op in int8 (the rest "
+             "float), against the model with none, on calibration examples; most sensitive "
+             "first (`keras_attn.quantization.quantization_sensitivity`; picture: "
+             "`quantization_sensitivity.png`).", "",
+             "| int8 | SNR of the logits (dB) | max \\|Δlogit\\| | argmax agreement |",
              "| --- | --- | --- | --- |"]
     for row in rows:
-        name = "everything (the recipe)" if row["group"] == "all" else f"`{row['group']}` only"
+        op = row.get("op", row.get("group"))  # "group": reports written before per-op rows
+        name = "everything (the recipe)" if op == "all" else f"`{op}` only"
         lines.append(f"| {name} | {row['snr_db']:.1f} | {row['max_abs_logit_diff']:.3g} | "
                      f"{row['agreement']:.4f} |")
+    return lines
+
+
+def budget_markdown(budget):
+    """The "int8 accuracy budget" section (`quantization_budget` record), or none."""
+    if not budget:
+        return []
+    met = "within" if budget["within_budget"] else "NOT within"
+    lines = ["", "## int8 accuracy budget", "",
+             f"At most {budget['max_accuracy_drop']:g} points below float "
+             f"({budget['float_metric']:.2f}) on {budget['examples']:,} {budget['split']} "
+             f"examples; the most sensitive ops moved to float one at a time "
+             f"(`keras_attn.quantization.quantization_budget`). Result: {met} the budget, "
+             f"{len(budget['float_ops'])} op(s) float: "
+             + (", ".join(f"`{op}`" for op in budget["float_ops"]) or "none") + ".", "",
+             "| ops in float | metric | below float |", "| --- | --- | --- |"]
+    for step in budget["steps"]:
+        moved = f"+ `{step['float_ops'][-1]}`" if step["float_ops"] else "none (the recipe)"
+        lines.append(f"| {moved} | {step['metric']:.2f} | {step['drop']:.2f} |")
     return lines

@@ -48,7 +48,6 @@ from keras_attn.layers.validation import check_positive_int
 from keras_attn.machine import cpu_description
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantization_sensitivity import SENSITIVITY_EXAMPLES
-from keras_attn.quantization.quantization_sensitivity import quantization_groups
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
 from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs.export_directory import ExportDirectory
@@ -60,8 +59,10 @@ from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import task_spec
 from keras_attn.version import __version__
+from keras_attn.visualization import plot_quantization_sensitivity
 
 GOLDEN_DATA_EXAMPLES = 1000
+SENSITIVITY_PICTURE = "quantization_sensitivity.png"
 EVAL_SPLITS = ("auto", "dev", "test")  # auto: test for a tagger, dev for a classifier
 
 
@@ -149,6 +150,7 @@ class RunExporter:
         self.options = options or ExportOptions()
         self.options.check()
         self.log = log or (lambda message: None)
+        self.budget = None  # the QAT run's int8 budget search, if it had one
         self.source = RunDirectory(run_dir)
         try:
             self.source.require("model.keras", "config.json", "vocab.txt", "labels.txt",
@@ -218,7 +220,10 @@ class RunExporter:
         except RunDirectoryError as error:
             raise ExportError(str(error)) from None
         self.recipe = recipe
-        return qat_run.load_model()
+        self.budget = qat_run.metrics().get("quantization_budget")
+        model = qat_run.load_model()
+        model.freeze_ranges()  # the roundings of the int8 file (biases too)
+        return model
 
     def _plan(self, int8_model):
         count = self.options.quantization.calibration_examples
@@ -239,9 +244,15 @@ class RunExporter:
         if int8_model is None:
             return None
         batches = plan.calibration[:max(1, SENSITIVITY_EXAMPLES // CALIBRATION_BATCH)]
-        self.log(f"quantization sensitivity of {len(quantization_groups(int8_model))} groups "
+        self.log(f"quantization sensitivity of {len(int8_model.quantization_ops())} ops "
                  f"on {sum(len(b['token_ids']) for b in batches)} calibration examples")
-        return quantization_sensitivity(int8_model, batches)
+        rows = quantization_sensitivity(int8_model, batches)
+        try:  # the picture needs matplotlib, an optional extra: without it, the table only
+            plot_quantization_sensitivity(self.output_dir / SENSITIVITY_PICTURE, rows,
+                                          int8_model.float_ops)
+        except ImportError as error:
+            self.log(f"{SENSITIVITY_PICTURE} skipped: {error}")
+        return rows
 
     # --- the steps ----------------------------------------------------------------------
 
@@ -391,6 +402,7 @@ class RunExporter:
             "machine": _machine(), "seconds": round(time.perf_counter() - started, 1),
             "quantization": self.recipe.to_dict() if int8_model is not None else None,
             "quantization_sensitivity": sensitivity,
+            "quantization_budget": self.budget if int8_model is not None else None,
             "options": {name: list(value) if isinstance(value, tuple) else value  # as JSON
                         for name, value in dataclasses.asdict(self.options).items()},
         }

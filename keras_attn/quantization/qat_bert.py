@@ -15,7 +15,6 @@ from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.models.bert_backbone import BertBackbone
-from keras_attn.models.bert_backbone import encode
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.models.bert_token_classifier import crf_loss
@@ -23,6 +22,9 @@ from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_config import ModelConfig
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
+from keras_attn.quantization.qat_encoder_block import MATMULS
+from keras_attn.quantization.quantization_ops import check_float_ops
+from keras_attn.quantization.quantization_ops import quantization_ops
 from keras_attn.quantization.qat_encoder_block import ChannelRanges
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 from keras_attn.quantization.qat_encoder_block import check_feedforward_float_channels
@@ -94,6 +96,11 @@ class QatBert(ModelConfig, keras.Model):
             `float_residual=True`. Defaults to `0`.
         use_crf: bool, a CRF on the token logits (`head="token_classification"` only).
             Defaults to `False`.
+        float_ops: names of `quantization_ops` computed in float: the whole embeddings,
+            pooler or output layer, or one weight matmul of a block with the rounding of
+            its input and output (a block with all four float is float); each layer
+            rounds its output only for an int8 next matmul. What an int8 accuracy budget chooses
+            (`quantization_budget`). Defaults to `()`.
         decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
         attention_mask_margin: float, nats between the lowest real attention score and
             padded keys in int8 (see `ActivationQuantizer`). Defaults to `12.0`.
@@ -127,7 +134,7 @@ class QatBert(ModelConfig, keras.Model):
                  output_dropout=0.1, weight_quantization="per_channel", quantize=True,
                  decay=0.999, attention_mask_margin=12.0, masked_score=-1e9,
                  float_residual=False, feedforward_float_channels=0, use_crf=False,
-                 **kwargs):
+                 float_ops=(), **kwargs):
         check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
                                 intermediate_dim)
         check_positive_int("num_outputs", num_outputs)
@@ -146,12 +153,19 @@ class QatBert(ModelConfig, keras.Model):
                              f"head='token_classification'. Received: head={head!r}")
         if not isinstance(activation, str):
             activation = serialize_activation(activation)
-        common = dict(quantize=quantize, decay=decay)
+        float_ops = check_float_ops(float_ops, quantization_ops(num_layers, head))
+        # An op is int8 unless listed; a layer rounds its output for an int8 next matmul.
+        int8 = {op: quantize and op not in float_ops
+                for op in quantization_ops(num_layers, head)}
+        consumers = [f"transformer_layer_{i}/qkv" for i in range(num_layers)] + [
+            "pooled_dense" if head == "classification" else "logits"]
+        common = dict(decay=decay)
 
         # === Layers ===
         embeddings = QatEmbeddings(
             vocabulary_size, max_sequence_length, num_segments, hidden_dim,
-            layer_norm_epsilon, float_residual=float_residual, name="embeddings", **common,
+            layer_norm_epsilon, float_residual=float_residual, name="embeddings",
+            quantize=int8["embeddings"], quantize_output=int8[consumers[0]], **common,
         )
         embeddings_dropout = keras.layers.Dropout(dropout, name="embeddings_dropout")
         blocks = [
@@ -162,6 +176,12 @@ class QatBert(ModelConfig, keras.Model):
                 attention_mask_margin=attention_mask_margin, masked_score=masked_score,
                 float_residual=float_residual,
                 feedforward_float_channels=feedforward_float_channels,
+                float_matmuls=[m for m in MATMULS
+                               if f"transformer_layer_{i}/{m}" in float_ops],
+                # A block with every matmul float is float (all-int8 recipe: its residual
+                # roundings too), so that every op float is the float model.
+                quantize=any(int8[f"transformer_layer_{i}/{m}"] for m in MATMULS),
+                quantize_output=int8[consumers[i + 1]],
                 name=f"transformer_layer_{i}", **common,
             )
             for i in range(num_layers)
@@ -170,11 +190,13 @@ class QatBert(ModelConfig, keras.Model):
         if head == "classification":
             pooled_dense = QuantizedDense(
                 hidden_dim, activation="tanh", weight_quantization=weight_quantization,
-                name="pooled_dense", **common,
+                name="pooled_dense", quantize=int8["pooled_dense"],
+                quantize_output=int8["logits"], **common,
             )
         head_dropout = keras.layers.Dropout(output_dropout, name="output_dropout")
         logits_dense = QuantizedDense(
-            num_outputs, weight_quantization=weight_quantization, name="logits", **common
+            num_outputs, weight_quantization=weight_quantization, name="logits",
+            quantize=int8["logits"], **common
         )
         crf = CRF(num_outputs, name="crf") if use_crf else None  # float, like the tagger's
 
@@ -186,8 +208,7 @@ class QatBert(ModelConfig, keras.Model):
         x = embeddings_dropout(x)
         # The classification head reads only [CLS]: the last block computes that one row.
         classify = head == "classification"
-        cls_state, sequence = encode(blocks, x, inputs["padding_mask"], cls_state=classify,
-                                     sequence_output=not classify)
+        cls_state, sequence = _encode(blocks, x, inputs["padding_mask"], classify)
         x = pooled_dense(cls_state) if classify else sequence  # (B, H) or (B, T, H)
         logits = logits_dense(head_dropout(x))  # (B, C) or (B, T, C)
         outputs = logits
@@ -313,6 +334,24 @@ class QatBert(ModelConfig, keras.Model):
                 (float(quantizer.min_value.numpy()), float(quantizer.max_value.numpy()))
                 if frozen else None
             )
+        # The biases are then rounded as the file stores them (`int32_bias`).
+        for layer, producer in self._input_quantizers():
+            layer.frozen_input_step = producer.step() if frozen and producer.quantize else None
+
+    def _input_quantizers(self):
+        """`(layer, quantizer of its int8 input)` of each layer whose first matmul reads
+        another layer's output."""
+        blocks = self._blocks()
+        outputs = [self.get_layer("embeddings").quantizers["layer_norm_quantizer"]] + [
+            block.quantizers["feedforward_layer_norm_quantizer"] for block in blocks]
+        pairs = list(zip(blocks, outputs))
+        if self.head == "classification":
+            pooled = self.get_layer("pooled_dense")
+            pairs += [(pooled, outputs[-1]), (self.get_layer("logits"),
+                                              pooled.activation_quantizer)]
+        else:
+            pairs.append((self.get_layer("logits"), outputs[-1]))
+        return pairs
 
     def with_quantization(self, quantize, **overrides):
         """A copy of this model with `quantize` switched (and other config `overrides`,
@@ -321,6 +360,15 @@ class QatBert(ModelConfig, keras.Model):
         twin = QatBert.from_config(config)
         twin.set_weights(self.get_weights())
         return twin
+
+    def quantization_ops(self):
+        """The names of this model's ops that `float_ops` can list (`quantization_ops`)."""
+        return quantization_ops(self.num_layers, self.head)
+
+    def with_float_ops(self, float_ops):
+        """A copy of this model (same weights and ranges) computing `float_ops` in float,
+        the others as this model's recipe does."""
+        return self.with_quantization(self.quantize, float_ops=list(float_ops))
 
     def emissions_model(self):
         """The network a TFLite file holds: this model itself, or for a CRF model a copy
@@ -426,6 +474,19 @@ class QatBert(ModelConfig, keras.Model):
                 value = ops.convert_to_numpy(source)
             target.assign(np.reshape(value, _float_shape(target)))
         return model
+
+
+def _encode(blocks, x, padding_mask, classify):
+    """`encode` of the QAT blocks, each residual sum reading the float output of the block
+    before (`QatEncoderBlock(residual=...)`): `(cls_state, None)` or `(None, sequence)`."""
+    residual = None
+    for block in blocks[:-1]:
+        x, residual = block(x, padding_mask=padding_mask, residual=residual,
+                            return_residual=True)  # (B, T, H) each
+    if classify:
+        return blocks[-1](x, padding_mask=padding_mask, query_length=1,
+                          residual=residual)[:, 0, :], None  # (B, H)
+    return None, blocks[-1](x, padding_mask=padding_mask, residual=residual)  # (B, T, H)
 
 
 def _check_mappable(model, backbone):

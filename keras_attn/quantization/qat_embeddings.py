@@ -70,8 +70,12 @@ class QatEmbeddings(keras.layers.Layer):
         vocabulary_size: int. max_sequence_length: int. num_segments: int.
         hidden_dim: int. layer_norm_epsilon: float > 0.
         quantize: bool; `False` runs the same graph in float. decay: EMA factor.
-        float_residual: bool; `True` leaves the LayerNorm internals in float (the sums
-            and the output stay int8), as `QatEncoderBlock(float_residual=True)`.
+        float_residual: bool; `True` leaves the sum with the positions and the LayerNorm
+            in float (the token + segment sum and the output stay int8), as
+            `QatEncoderBlock(float_residual=True)`: the int8 file adds the dequantized
+            position rows and normalizes in float.
+        quantize_output: bool, round the output to int8 (the first block's first matmul
+            reads it). Defaults to `quantize`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -89,13 +93,15 @@ class QatEmbeddings(keras.layers.Layer):
 
     def __init__(self, vocabulary_size, max_sequence_length, num_segments, hidden_dim,
                  layer_norm_epsilon, quantize=True, decay=0.999, float_residual=False,
-                 **kwargs):
+                 quantize_output=None, **kwargs):
         check_positive_int("vocabulary_size", vocabulary_size)
         check_positive_int("max_sequence_length", max_sequence_length)
         check_positive_int("num_segments", num_segments)
         check_positive_int("hidden_dim", hidden_dim)
         check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
         check_bool("float_residual", float_residual)
+        quantize_output = quantize if quantize_output is None else quantize_output
+        check_bool("quantize_output", quantize_output)
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
         self.max_sequence_length = max_sequence_length
@@ -105,9 +111,15 @@ class QatEmbeddings(keras.layers.Layer):
         self.quantize = quantize
         self.decay = decay
         self.frozen_bounds = None
+        # With `float_residual` the sum with the positions starts the float residual stream.
+        self.quantize_output = quantize_output
         self.quantizers = {
-            name: ActivationQuantizer(decay=decay, quantize=quantize, name=name)
-            for name in ("token_segment_quantizer", "sum_quantizer", "layer_norm_quantizer")
+            "token_segment_quantizer": ActivationQuantizer(
+                decay=decay, quantize=quantize, name="token_segment_quantizer"),
+            "sum_quantizer": ActivationQuantizer(
+                decay=decay, quantize=quantize and not float_residual, name="sum_quantizer"),
+            "layer_norm_quantizer": ActivationQuantizer(
+                decay=decay, quantize=quantize_output, name="layer_norm_quantizer"),
         }
         self.float_residual = float_residual
         self.layer_norm_quantizers = layer_norm_quantizers(
@@ -176,5 +188,6 @@ class QatEmbeddings(keras.layers.Layer):
             quantize=self.quantize,
             decay=self.decay,
             float_residual=self.float_residual,
+            quantize_output=self.quantize_output,
         )
         return config

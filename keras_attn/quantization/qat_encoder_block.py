@@ -1,5 +1,6 @@
 """`QatEncoderBlock`: a post-LN BERT encoder block with fake int8 quantization of every
-matmul input, the attention scores and probabilities and the residual sums."""
+weight matmul's input and output (and, all-int8, of the attention scores, probabilities and
+residual sums), rounding where its int8 TFLite file rounds."""
 
 import math
 
@@ -33,6 +34,14 @@ _QUANTIZER_NAMES = (
 )
 # The residual stream: float with `float_residual=True`.
 _RESIDUAL_QUANTIZER_NAMES = ("attention_residual_quantizer", "feedforward_residual_quantizer")
+# The weight matmuls, each with the quantizers of its int8 input (when the block produces
+# it) and output, which a float matmul (`float_matmuls`) switches off.
+MATMULS = {
+    "qkv": ("qkv_quantizer",),
+    "attention_output": ("context_quantizer", "attention_output_quantizer"),
+    "intermediate": ("attention_layer_norm_quantizer", "intermediate_quantizer"),
+    "feedforward_output": ("activation_quantizer", "feedforward_output_quantizer"),
+}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -57,12 +66,16 @@ class QatEncoderBlock(keras.layers.Layer):
     -1e9 (`masked_score`), as in the float model.
 
     `float_residual=True` leaves the residual sums and the LayerNorm internals in float
-    (their quantizers only track ranges); the LayerNorm outputs, which feed the next
-    matmuls, stay int8. BERT-like models carry a few outlier dimensions in the residual
-    stream (Bondarenko et al., 2021) that a per-tensor int8 range cannot hold together
-    with the others; the int8 TFLite model then runs ADD and LayerNorm in float between
-    a DEQUANTIZE and a QUANTIZE, and every weight matmul in int8 (the export also runs
-    the attention products, softmax and GELU in float: `export.tflite_float_ops`).
+    (their quantizers only track ranges); the LayerNorm outputs are rounded to int8 only
+    where a weight matmul reads them, and the residual sums and the float feed-forward
+    channels read them in float. BERT-like models carry a few outlier dimensions in the
+    residual stream (Bondarenko et al., 2021) that a per-tensor int8 range cannot hold
+    together with the others. The attention is float too between the int8 Q, K, V and the
+    int8 context: `Q K^T`, the mask, softmax and `P V` are not rounded (their quantizers
+    only track ranges). This is, rounding point for rounding point, what the int8 TFLite
+    file computes: ADD and LayerNorm in float between a DEQUANTIZE and a QUANTIZE, every
+    weight matmul in int8, the attention products, softmax and GELU in float
+    (`export.tflite_float_ops`), so the calibrated model predicts the file.
 
     `feedforward_float_channels=k` (with `float_residual`) runs the k widest hidden
     channels of the feed-forward network in float, the mixed-precision decomposition of
@@ -85,6 +98,12 @@ class QatEncoderBlock(keras.layers.Layer):
         float_residual: bool, see above. Defaults to `False` (everything int8).
         feedforward_float_channels: int in `[0, intermediate_dim)`, see above; more than
             0 needs `float_residual=True`. Defaults to `0`.
+        float_matmuls: names of `MATMULS` (`"qkv"`, `"attention_output"`,
+            `"intermediate"`, `"feedforward_output"`) run in float, with the rounding of
+            their input (where the block makes it) and output.
+            What an int8 budget moves to float (`quantization_budget`). Defaults to `()`.
+        quantize_output: bool, round the output to int8 (the next layer's first matmul
+            reads it). Defaults to `quantize`.
         decay: EMA factor. attention_mask_margin: float, see above. masked_score: float,
             the value of masked scores when `quantize=False`.
         **kwargs: base `keras.layers.Layer` arguments.
@@ -93,9 +112,15 @@ class QatEncoderBlock(keras.layers.Layer):
         inputs: `(B, T, H)`. padding_mask: `(B, T)` int, 1 for real tokens. training: bool.
         query_length: optional int `q`: only the first `q` positions are queries (keys
             and values use all `T`), as in `TransformerEncoderBlock`.
+        residual: optional `(B, T, H)`: the value the first residual sum reads, the float
+            output of the block before (`return_residual`); default `inputs`, the int8
+            value the weight matmuls read.
+        return_residual: bool: also return the output the next block's residual reads
+            (the float LayerNorm output with `float_residual`, else the output itself).
 
     Returns:
-        `(B, T, H)`, or `(B, q, H)` with `query_length`.
+        `(B, T, H)`, or `(B, q, H)` with `query_length`; with `return_residual`, a pair
+        `(output, residual output)`.
 
     Example:
     >>> block = QatEncoderBlock(num_heads=2, intermediate_dim=8)
@@ -107,7 +132,8 @@ class QatEncoderBlock(keras.layers.Layer):
     def __init__(self, num_heads, intermediate_dim, dropout=0.0, activation="gelu",
                  layer_norm_epsilon=1e-12, weight_quantization="per_channel", quantize=True,
                  decay=0.999, attention_mask_margin=12.0, masked_score=-1e9,
-                 float_residual=False, feedforward_float_channels=0, **kwargs):
+                 float_residual=False, feedforward_float_channels=0, float_matmuls=(),
+                 quantize_output=None, **kwargs):
         check_positive_int("num_heads", num_heads)
         check_positive_int("intermediate_dim", intermediate_dim)
         check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
@@ -116,6 +142,9 @@ class QatEncoderBlock(keras.layers.Layer):
         check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
         check_weight_quantization(weight_quantization)
         check_bool("float_residual", float_residual)
+        float_matmuls = check_float_matmuls(float_matmuls)
+        quantize_output = quantize if quantize_output is None else quantize_output
+        check_bool("quantize_output", quantize_output)
         activation_fn = get_activation(activation)
         super().__init__(**kwargs)
         self.num_heads = num_heads
@@ -130,10 +159,15 @@ class QatEncoderBlock(keras.layers.Layer):
         self.masked_score = masked_score
         self.float_residual = float_residual
         self.feedforward_float_channels = feedforward_float_channels
+        self.float_matmuls = float_matmuls
+        self.quantize_output = quantize_output
         residual_quantize = quantize and not float_residual
+        float_quantizers = {name for matmul in float_matmuls for name in MATMULS[matmul]}
         self.quantizers = {
             name: ActivationQuantizer(decay=decay, name=name, quantize=(
-                residual_quantize if name in _RESIDUAL_QUANTIZER_NAMES else quantize))
+                residual_quantize if name in _RESIDUAL_QUANTIZER_NAMES
+                else quantize_output if name == "feedforward_layer_norm_quantizer"
+                else quantize and name not in float_quantizers))
             for name in _QUANTIZER_NAMES
         }
         # Set by `QatBert.calibrate` to a `ChannelRanges`, which eager calls update with
@@ -143,14 +177,20 @@ class QatEncoderBlock(keras.layers.Layer):
             "attention_layer_norm", decay, residual_quantize)
         self.feedforward_layer_norm_quantizers = layer_norm_quantizers(
             "feedforward_layer_norm", decay, residual_quantize)
+        # With `float_residual` the int8 file computes Q K^T, the mask, softmax and P V in
+        # float (`export.tflite_float_ops`): scores and probabilities are not rounded.
+        attention_quantize = quantize and not float_residual
         self.score_quantizer = ActivationQuantizer(
             decay=decay, mask_margin=attention_mask_margin, masked_value=masked_score,
-            quantize=quantize, name="score_quantizer",
+            quantize=attention_quantize, name="score_quantizer",
         )
         self.probability_quantizer = ActivationQuantizer(
-            fixed_range=SOFTMAX_RANGE, quantize=quantize, name="probability_quantizer"
+            fixed_range=SOFTMAX_RANGE, quantize=attention_quantize,
+            name="probability_quantizer"
         )
         self.frozen_bounds = None
+        # Set by `QatBert.freeze_ranges`: the step of the int8 input (rounds the qkv bias).
+        self.frozen_input_step = None
         self.attention_dropout = keras.layers.Dropout(dropout, name="attention_dropout")
         self.attention_output_dropout = keras.layers.Dropout(
             dropout, name="attention_output_dropout")
@@ -196,8 +236,20 @@ class QatEncoderBlock(keras.layers.Layer):
 
     def _matmul(self, x, kernel, bias, name):
         bound = self.frozen_bounds[name] if self.frozen_bounds else None
-        return quantized_matmul(x, kernel, bias, self.quantize, self.weight_quantization,
-                                bound)
+        quantize = self.quantize and name not in self.float_matmuls
+        return quantized_matmul(x, kernel, bias, quantize, self.weight_quantization,
+                                bound, self._input_step(name))
+
+    def _input_step(self, name):
+        """The frozen int8 step of matmul `name`'s input (`None` unless the ranges are
+        frozen and the input int8): the block's input (set by `QatBert.freeze_ranges`) or
+        the block's own quantizer."""
+        if not self.frozen_bounds:
+            return None
+        if name == "qkv":
+            return self.frozen_input_step
+        quantizer = self.quantizers[MATMULS[name][0]]
+        return quantizer.step() if quantizer.frozen_range and quantizer.quantize else None
 
     def _query_scale(self):
         # 1/sqrt(d) scales the query columns of the fused kernel (folded into the int8
@@ -216,7 +268,7 @@ class QatEncoderBlock(keras.layers.Layer):
         wq = self.weight_quantization
         self.frozen_bounds = {
             "qkv": matmul_bound(self.qkv_kernel * self._query_scale(), wq),
-            "output": matmul_bound(self.output_kernel, wq),
+            "attention_output": matmul_bound(self.output_kernel, wq),
         }
         channels = self._feedforward_parts()[0][0]
         self.frozen_bounds["intermediate"] = matmul_bound(
@@ -272,16 +324,21 @@ class QatEncoderBlock(keras.layers.Layer):
         return {variable.path: np.take(ops.convert_to_numpy(variable), inverse, axis=axis)
                 for variable, axis in self._channel_axes()}
 
-    def call(self, inputs, padding_mask, training=None, query_length=None):
+    def call(self, inputs, padding_mask, training=None, query_length=None, residual=None,
+             return_residual=False):
         q = self.quantizers
         H = inputs.shape[-1]
         n = self.num_heads
         d = H // n
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        x = ops.reshape(inputs, (-1, H))  # (B*T, H)
+        x = ops.reshape(inputs, (-1, H))  # (B*T, H), what the weight matmuls read
         if query_length is not None:
             check_query_length(query_length, inputs)
         rows = length if query_length is None else query_length  # q, the query rows
+        # What the first residual sum reads: the float output of the block before (see
+        # `residual`), or the int8 input.
+        residual = inputs if residual is None else residual  # (B, T, H)
+        residual_rows = x if residual is inputs else ops.reshape(residual, (-1, H))
 
         # === Self-attention ===
         scale = self._query_scale()  # (3H,)
@@ -295,7 +352,8 @@ class QatEncoderBlock(keras.layers.Layer):
             # Only the first q rows are read later (the [CLS] row of a classifier's last
             # block): they alone are queries, and the rest of the block runs on q rows.
             query = ops.reshape(query, (batch, length, H))[:, :query_length]  # (B, q, H)
-            x = ops.reshape(inputs[:, :query_length], (-1, H))  # (B*q, H)
+            residual_rows = ops.reshape(residual[:, :query_length], (-1, H))  # (B*q, H)
+        x = residual_rows  # (B*q, H)
 
         def heads(x, rows, order):
             return ops.transpose(ops.reshape(x, (batch, rows, n, d)), order)
@@ -311,26 +369,33 @@ class QatEncoderBlock(keras.layers.Layer):
         context = ops.matmul(probs, value)  # (B, n, q, d)
         context = q["context_quantizer"](context, training=training)
         context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, H))  # (B*q, H)
-        attended = self._matmul(context, self.output_kernel, self.output_bias, "output")  # (B*q, H)
+        attended = self._matmul(context, self.output_kernel, self.output_bias,
+                                "attention_output")  # (B*q, H)
         attended = q["attention_output_quantizer"](attended, training=training)
         attended = self.attention_output_dropout(attended, training=training)
         x = q["attention_residual_quantizer"](x + attended, training=training)
         x = layer_norm(x, self.attention_gamma, self.attention_beta, self.layer_norm_epsilon,
-                       self.attention_layer_norm_quantizers, training)
-        x = q["attention_layer_norm_quantizer"](x, training=training)  # (B*q, H)
+                       self.attention_layer_norm_quantizers, training)  # (B*q, H)
+        x_int8 = q["attention_layer_norm_quantizer"](x, training=training)  # (B*q, H)
+        x = x if self.float_residual else x_int8  # what the residual and float parts read
 
         # === Feed-forward: the int8 channels, then the float ones ===
         h = None
         for part, (channels, quantized) in enumerate(self._feedforward_parts()):
-            output = self._feedforward_part(x, part, channels, quantized, training)
+            output = self._feedforward_part(x_int8 if quantized else x, part, channels,
+                                            quantized, training)
             h = output if h is None else h + output  # (B*q, H)
         h = self.feedforward_dropout(h, training=training)
         x = q["feedforward_residual_quantizer"](x + h, training=training)
         x = layer_norm(x, self.feedforward_gamma, self.feedforward_beta,
                        self.layer_norm_epsilon, self.feedforward_layer_norm_quantizers,
                        training)
-        x = q["feedforward_layer_norm_quantizer"](x, training=training)
-        return ops.reshape(x, (batch, rows, H))  # (B, q, H); q = T by default
+        x_int8 = q["feedforward_layer_norm_quantizer"](x, training=training)
+        outputs = ops.reshape(x_int8, (batch, rows, H))  # (B, q, H); q = T by default
+        if not return_residual:
+            return outputs
+        return outputs, (ops.reshape(x, (batch, rows, H)) if self.float_residual
+                         else outputs)
 
     def _feedforward_part(self, x, part, channels, quantized, training):
         q = self.quantizers
@@ -342,7 +407,7 @@ class QatEncoderBlock(keras.layers.Layer):
         if quantized:
             h = self._matmul(x, kernel_in, bias_in, "intermediate")  # (B*q, F - k)
         else:
-            h = ops.matmul(x, kernel_in) + bias_in  # (B*q, k)
+            h = ops.matmul(x, kernel_in) + bias_in  # (B*q, k), on the float LayerNorm output
         if self.channel_statistics is not None:
             self.channel_statistics.update(part, h)
         if not quantized:
@@ -369,8 +434,19 @@ class QatEncoderBlock(keras.layers.Layer):
             masked_score=self.masked_score,
             float_residual=self.float_residual,
             feedforward_float_channels=self.feedforward_float_channels,
+            float_matmuls=list(self.float_matmuls),
+            quantize_output=self.quantize_output,
         )
         return config
+
+
+def check_float_matmuls(float_matmuls):
+    """`float_matmuls` as a tuple of `MATMULS` names (in graph order), or an error naming
+    the argument."""
+    if isinstance(float_matmuls, str) or not all(m in MATMULS for m in float_matmuls):
+        raise ValueError(f"`float_matmuls` must be a list of {tuple(MATMULS)}. Received: "
+                         f"float_matmuls={float_matmuls!r}")
+    return tuple(m for m in MATMULS if m in float_matmuls)
 
 
 def check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,

@@ -13,6 +13,7 @@ import dataclasses
 
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_int
+from keras_attn.layers.validation import check_number
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 
@@ -64,6 +65,10 @@ class QuantizationRecipe:
     calibration_examples: int = _setting(
         512, "training examples calibrating the activation ranges (a seeded sample of the "
              "whole training file)", int)
+    max_accuracy_drop: float = _setting(
+        None, "int8 accuracy budget in points (accuracy or F1 x 100): move the most "
+              "sensitive ops to float until the calibrated model loses at most this much on "
+              "the run's dev split (default: no budget, the recipe as it is)", float, "POINTS")
 
     def __post_init__(self):
         check_bool("float_residual", self.float_residual)
@@ -74,6 +79,14 @@ class QuantizationRecipe:
         check_positive_int("calibration_examples", self.calibration_examples)
         if self.qat_learning_rate is not None:
             check_number_above("qat_learning_rate", self.qat_learning_rate, 0)
+        if self.max_accuracy_drop is not None:
+            check_number("max_accuracy_drop", self.max_accuracy_drop, low=0,
+                         meaning="points of accuracy or F1 the int8 model may lose")
+            if not self.float_residual:
+                raise ValueError(
+                    "`max_accuracy_drop` moves ops to float inside the float residual stream: "
+                    "it needs the default recipe (remove --all-int8). Received: "
+                    f"max_accuracy_drop={self.max_accuracy_drop}, float_residual=False")
         if self.feedforward_float_channels and not self.float_residual:
             raise ValueError(
                 "`feedforward_float_channels` needs `float_residual=True` (remove "
@@ -151,6 +164,9 @@ class QuantizationRecipe:
         if self.feedforward_float_channels:
             stream += (f"; the {self.feedforward_float_channels} widest feed-forward channels "
                        "of each block float")
+        if self.max_accuracy_drop is not None:
+            stream += (f"; the most sensitive ops float until at most "
+                       f"{self.max_accuracy_drop:g} points are lost on dev")
         return f"{how}; {stream}"
 
     # --- command line -------------------------------------------------------------------

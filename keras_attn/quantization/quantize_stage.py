@@ -15,7 +15,11 @@ twin keeps its CRF (float) and fine-tunes through the CRF loss.
 
 from keras_attn import atomic_files
 from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.quantization_budget import held_out_score
+from keras_attn.quantization.quantization_budget import quantization_budget
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantization_sensitivity import SENSITIVITY_EXAMPLES
+from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.runs.run_directory import lineage_of
@@ -24,6 +28,7 @@ from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
+from keras_attn.training.task_registry import task_spec
 from keras_attn.training.trainer import train
 
 __all__ = ["quantize_run"]
@@ -111,13 +116,15 @@ def _calibrate(source, output, config, recipe, length, log):
     qat.calibrate(batches)
     log(f"QAT model calibrated on {len(sample)} training examples, no fine-tuning -> "
         f"{output.path}")
+    qat, budget = _within_budget(source, qat, recipe, length, batches, log)
     output.write_start(_qat_config(source, output, config, recipe, length),
                        source.tokenizer_settings(),
                        lineage_of(str(source.path.resolve()), recipe.to_dict()))
     for name in ("vocab.txt", "labels.txt"):
         atomic_files.copy_file(source.file(name), output.path / name)
     output.write_finish(qat, {"task": config.task, "quantization": recipe.to_dict(),
-                              "calibration_examples": len(sample), "sequence_length": length})
+                              "calibration_examples": len(sample), "sequence_length": length,
+                              **budget})
 
 
 def _fine_tune(source, output, config, recipe, length, log):
@@ -126,4 +133,35 @@ def _fine_tune(source, output, config, recipe, length, log):
     # The trainer records its own recipe; the stage's (calibration count included) wins.
     train(qat_config, log=lambda message: log("  " + message),
           quantization=recipe)
+    if recipe.max_accuracy_drop is not None:  # the fine-tuned model, within the budget
+        sample = source.examples("train", length, sample=SENSITIVITY_EXAMPLES)
+        qat, budget = _within_budget(source, output.load_model(), recipe, length,
+                                     [id_inputs(sample, length)], log)
+        output.write_finish(qat, {**output.metrics(), **budget})
+
+
+def _within_budget(source, qat, recipe, length, batches, log):
+    """`(qat, {"quantization_budget": record})` with the recipe's `max_accuracy_drop`
+    (`quantization_budget` on the run's dev split, ops ordered by their sensitivity on the
+    first `SENSITIVITY_EXAMPLES` of `batches`), or `(qat, {})` without a budget."""
+    if recipe.max_accuracy_drop is None:
+        return qat, {}
+    if not source.data_file("dev"):
+        raise RunDirectoryError(
+            f"{source.path}: an int8 accuracy budget (max_accuracy_drop) is measured on the "
+            "run's dev split, and its config has no data.dev; add one, or export without "
+            "the budget")
+    dev = source.examples("dev", length)
+    tagger = task_spec(source.task).token_labels
+    float_model = source.load_model()
+    crf = float_model.get_layer("crf") if getattr(float_model, "use_crf", False) else None
+    rows = quantization_sensitivity(qat, batches[:max(1, SENSITIVITY_EXAMPLES
+                                                      // CALIBRATION_BATCH)])
+    log(f"int8 budget: at most {recipe.max_accuracy_drop:g} points below float on "
+        f"{len(dev)} dev examples")
+    qat, record = quantization_budget(
+        qat, rows, held_out_score(dev, length, source.labels(), tagger, crf),
+        recipe.max_accuracy_drop, log=lambda message: log("  " + message))
+    return qat, {"quantization_budget": {**record, "split": "dev", "examples": len(dev),
+                                         "sensitivity": rows}}
 

@@ -5,6 +5,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
 
@@ -49,9 +50,26 @@ def matmul_bound(kernel, weight_quantization):
     return frozen_bound(kernel, axis=1 if weight_quantization == "per_channel" else None)
 
 
-def quantized_matmul(x, kernel, bias, quantize, weight_quantization, bound=None):
+def int32_bias(bias, input_step, bound):
+    """The bias as the int8 file stores it: int32 at the scale of the accumulator,
+    `s_b = s_x s_w` (input step times the weight step `bound / 127`, per output channel
+    for per-channel weights):
+
+        b_q = round(b / s_b) s_b
+
+    A rounding the float bias does not have; it is below one output step, but it decides
+    which side of a rounding boundary an output lands on, and those flips grow through
+    the blocks."""
+    scale = input_step * bound / 127.0  # (out,) or ()
+    return bias + ops.stop_gradient(ops.round(bias / scale) * scale - bias)
+
+
+def quantized_matmul(x, kernel, bias, quantize, weight_quantization, bound=None,
+                     input_step=None):
     """`x @ kernel + bias` for 2-D `x` `(N, in)` and kernel `(in, out)`, with the kernel
-    fake-quantized (`bias=None`: no bias).
+    fake-quantized (`bias=None`: no bias) and, given the step of the int8 input
+    `input_step` (frozen ranges: export and scoring), the bias rounded as the int8 file
+    stores it (`int32_bias`).
 
     Per-tensor weights run as a MatMul (TFLite FULLY_CONNECTED). Per-channel weights run
     as a 1x1 convolution over a `(1, 1, N, in)` image: the TFLite converter rejects a
@@ -60,6 +78,10 @@ def quantized_matmul(x, kernel, bias, quantize, weight_quantization, bound=None)
     `[1, 1, in, out]` carry the output channel last, the axis both TF and TFLite quantize.
     """
     in_dim, out_dim = kernel.shape
+    if quantize and input_step is not None and bias is not None:
+        if bound is None:
+            bound = weight_bound(kernel, 1 if weight_quantization == "per_channel" else None)
+        bias = int32_bias(bias, input_step, bound)
     if quantize and weight_quantization == "per_channel":
         kernel = fake_quantize_weight(ops.reshape(kernel, (1, 1, in_dim, out_dim)), axis=3,
                                       bound=bound)
@@ -90,6 +112,8 @@ class QuantizedDense(keras.layers.Layer):
             `"per_tensor"`. Defaults to `"per_channel"`.
         quantize: bool; `False` runs the same graph in float. Defaults to `True`.
         decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
+        quantize_output: bool, round the output (after the activation) to int8, for a
+            next int8 matmul. Defaults to `quantize`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -106,23 +130,29 @@ class QuantizedDense(keras.layers.Layer):
     """
 
     def __init__(self, units, activation=None, weight_quantization="per_channel",
-                 quantize=True, decay=0.999, **kwargs):
+                 quantize=True, decay=0.999, quantize_output=None, **kwargs):
         check_positive_int("units", units)
         check_weight_quantization(weight_quantization)
+        quantize_output = quantize if quantize_output is None else quantize_output
+        check_bool("quantize_output", quantize_output)
         super().__init__(**kwargs)
         self.units = units
         self.activation = keras.activations.get(activation)
         self.weight_quantization = weight_quantization
         self.quantize = quantize
         self.decay = decay
+        self.quantize_output = quantize_output
         self.output_quantizer = ActivationQuantizer(
-            decay=decay, quantize=quantize, name="output_quantizer"
+            decay=decay, quantize=quantize if activation is not None else quantize_output,
+            name="output_quantizer"
         )
         self.frozen_bounds = None
+        # Set by `QatBert.freeze_ranges`: the step of the int8 input (rounds the bias).
+        self.frozen_input_step = None
         self.activation_quantizer = None
         if activation is not None:
             self.activation_quantizer = ActivationQuantizer(
-                decay=decay, quantize=quantize, name="activation_quantizer"
+                decay=decay, quantize=quantize_output, name="activation_quantizer"
             )
 
     def build(self, inputs_shape):
@@ -141,7 +171,8 @@ class QuantizedDense(keras.layers.Layer):
         x = ops.reshape(inputs, (-1, in_dim))  # (N, in)
         bound = self.frozen_bounds["kernel"] if self.frozen_bounds else None
         y = quantized_matmul(x, self.kernel, self.bias, self.quantize,
-                             self.weight_quantization, bound)  # (N, units)
+                             self.weight_quantization, bound,
+                             self.frozen_input_step)  # (N, units)
         y = self.output_quantizer(y, training=training)
         if self.activation_quantizer is not None:
             y = self.activation_quantizer(self.activation(y), training=training)
@@ -165,5 +196,6 @@ class QuantizedDense(keras.layers.Layer):
             weight_quantization=self.weight_quantization,
             quantize=self.quantize,
             decay=self.decay,
+            quantize_output=self.quantize_output,
         )
         return config

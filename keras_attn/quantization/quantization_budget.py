@@ -1,0 +1,101 @@
+"""An int8 model within an accuracy budget: the most sensitive ops move to float until the
+calibrated model loses at most `max_drop` points against the float model.
+
+    start:  the recipe's model (`QuantizationRecipe`), metric m_0 on held-out data
+    step k: move the next op of the sensitivity order (`quantization_sensitivity`, lowest
+            SNR first) to float (`QatBert(float_ops=...)`), metric m_k
+    stop:   at the first k with  m_float - m_k <= max_drop  (k = 0: the recipe as it is)
+
+The metric is the task's (accuracy or strict entity F1, in points) of the calibrated Keras
+model with frozen ranges, which computes what its int8 file computes (`QatEncoderBlock`),
+on held-out examples: the run's dev split, never the test split. The greedy order is the
+one the LiteRT / AI Edge quantizer's per-op error report and OpenVINO's accuracy-aware
+quantization use; with every op float the model is the float model, so the loop always ends.
+"""
+
+import keras
+
+from keras_attn.layers.crf import viterbi_decode
+from keras_attn.quantization.quantization_sensitivity import logits_of
+from keras_attn.text.labelled_examples import id_inputs
+from keras_attn.text.labelled_examples import score_sentences
+from keras_attn.text.labelled_examples import score_texts
+from keras_attn.text.ner import first_piece_mask
+
+BUDGET_BATCH = 64  # examples per call of the model
+
+
+def quantization_budget(model, rows, score, max_drop, log=None):
+    """The recipe's model with the fewest sensitive ops in float that loses at most
+    `max_drop` points, and the record of the search.
+
+    Args:
+        model: a calibrated `QatBert` (the recipe; not changed).
+        rows: `quantization_sensitivity(model, ...)` rows (the order ops move in).
+        score: callable `QatBert -> metric` in [0, 1] on the held-out examples
+            (`held_out_score`).
+        max_drop: float >= 0, the largest loss allowed, in points (accuracy or F1 x 100).
+        log: callable receiving a line per step.
+
+    Returns:
+        `(model, record)`: the chosen `QatBert` (`model` itself when the recipe is within
+        the budget) and `{"max_accuracy_drop", "float_metric", "steps": [{"float_ops",
+        "metric", "drop"}], "float_ops", "within_budget"}` (metrics in points).
+
+    Example:
+
+        chosen, record = quantization_budget(qat, rows, held_out_score(...), 0.5)
+    """
+    log = log or (lambda message: None)
+    float_metric = 100 * score(model.with_quantization(False))
+    order = [row["op"] for row in rows if row["op"] != "all"]
+    chosen, float_ops = model, list(model.float_ops)
+    steps = [_step(float_ops, 100 * score(model), float_metric)]
+    log(f"int8 budget {max_drop:g} points: float {float_metric:.2f}, recipe "
+        f"{steps[-1]['metric']:.2f}")
+    for op in order:
+        if steps[-1]["drop"] <= max_drop:
+            break
+        float_ops.append(op)
+        chosen = model.with_float_ops(float_ops)
+        steps.append(_step(float_ops, 100 * score(chosen), float_metric))
+        log(f"  {op} to float: {steps[-1]['metric']:.2f} ({steps[-1]['drop']:+.2f} below "
+            "float)")
+    return chosen, {"max_accuracy_drop": max_drop, "float_metric": round(float_metric, 4),
+                    "steps": steps, "float_ops": list(float_ops),
+                    "within_budget": steps[-1]["drop"] <= max_drop}
+
+
+def _step(float_ops, metric, float_metric):
+    return {"float_ops": list(float_ops), "metric": round(metric, 4),
+            "drop": round(float_metric - metric, 4)}
+
+
+def held_out_score(examples, length, labels, tagger, crf=None):
+    """`QatBert -> metric` (accuracy, or strict entity F1 for a tagger) on encoded examples
+    (`RunDirectory.examples("dev", length)`), at the export's fixed `length`; a CRF
+    tagger's emissions are decoded with `crf` (the float model's `CRF` layer), as the export
+    decodes its files'."""
+    def score(model):
+        outputs = []
+        for start in range(0, len(examples), BUDGET_BATCH):
+            chunk = examples[start:start + BUDGET_BATCH]
+            (logits,) = logits_of(model, [id_inputs(chunk, length)])
+            for row, example in enumerate(chunk):
+                n = len(example["token_ids"])
+                outputs.append(_decoded(logits[row:row + 1, :n], example, crf)
+                               if tagger else logits[row])
+        if tagger:
+            return score_sentences(examples, outputs, labels)["f1"]
+        return score_texts(examples, outputs)["accuracy"]
+
+    return score
+
+
+def _decoded(emissions, example, crf):
+    if crf is None:
+        return emissions[0]
+    tags = viterbi_decode(emissions.astype("float32"), crf.transitions,
+                          crf.start_transitions, crf.end_transitions,
+                          mask=first_piece_mask(example["word_ids"][None]))
+    return {"tags": keras.ops.convert_to_numpy(tags)[0]}
