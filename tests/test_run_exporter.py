@@ -358,7 +358,8 @@ def test_tflite_files_are_self_describing_and_run_in_mediapipe(classification, n
     assert section["metadata"] == ["model_dynamic_int8.tflite", "model_fp16.tflite",
                                    "model_fp32.tflite", "model_int8.tflite",
                                    "model_int8_ptq.tflite", "model_text.tflite",
-                                   "model.onnx", "model_dynamic_int8.onnx"]
+                                   "model.onnx", "model_dynamic_int8.onnx",
+                                   "model_int8.onnx", "model_int8_ptq.onnx"]
     fp32 = section["mediapipe"]["model_fp32_mediapipe.tflite"]
     int8 = section["mediapipe"]["model_int8_mediapipe.tflite"]
     assert fp32["label_agreement"] == 1.0 and fp32["max_abs_probability_diff_same_tokens"] < 1e-5
