@@ -94,7 +94,7 @@ def export_onnx_qdq(model, path, opset=17):
     stored = []
 
     def rewrite(model_proto):
-        stored.append(_store_int8_weights(model_proto))
+        stored.append(_store_int8_weights(_pointwise_convs_as_matmuls(model_proto)))
         if stored[0] != expected:
             raise ValueError(
                 f"The traced twin has {expected} weight fake quants but {stored[0]} kernels "
@@ -132,6 +132,56 @@ def _count_weight_fake_quants(model):
     graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(specs).graph
     return sum(1 for op in graph.get_operations()
                if op.type in _WEIGHT_FAKE_QUANTS and op.get_attr("narrow_range"))
+
+
+def _pointwise_convs_as_matmuls(model_proto):
+    """Rewrites each 1x1 `Conv` with a constant kernel `(out, in, 1, 1)` as
+    `Transpose(NCHW -> NHWC) -> MatMul(kernel^T (in, out)) [-> Add(bias)] -> Transpose back`.
+
+    The same values. The twin runs its per-channel matmuls as 1x1 convolutions (the layout
+    the TFLite converter quantizes per channel), and tf2onnx wraps each in transposes to
+    NCHW and back. onnxruntime fuses that `Conv` into an int8 one only when a
+    `QuantizeLinear` follows it directly, which the bias add and the transposes prevent
+    (measured on MiniLM: all 25 stayed float `Conv`); a `MatMul` between dequantized
+    inputs becomes `MatMulIntegerToFloat` (int8 inputs, float output), and the transposes
+    around it cancel those of tf2onnx.
+    """
+    graph = model_proto.graph
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    nodes = []
+    for node in graph.node:
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        kernel = initializers.get(node.input[1]) if node.op_type == "Conv" else None
+        if (kernel is None or list(kernel.dims[2:]) != [1, 1]
+                or attributes.get("group", 1) != 1
+                or any(stride != 1 for stride in attributes.get("strides", [1, 1]))
+                or any(pad != 0 for pad in attributes.get("pads", [0, 0, 0, 0]))
+                or attributes.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID")):
+            nodes.append(node)
+            continue
+        prefix = node.name or node.output[0]
+        weight = numpy_helper.to_array(kernel)[:, :, 0, 0].T  # (in, out)
+        graph.initializer.append(numpy_helper.from_array(
+            np.ascontiguousarray(weight), f"{prefix}_matmul_weight"))
+        product = f"{prefix}_matmul"
+        nodes += [
+            helper.make_node("Transpose", [node.input[0]], [f"{prefix}_nhwc"],
+                             name=f"{prefix}_nhwc", perm=[0, 2, 3, 1]),  # (B, H, W, in)
+            helper.make_node("MatMul", [f"{prefix}_nhwc", f"{prefix}_matmul_weight"],
+                             [product], name=product),  # (B, H, W, out)
+        ]
+        if len(node.input) > 2 and node.input[2]:
+            nodes.append(helper.make_node("Add", [product, node.input[2]],
+                                          [f"{prefix}_biased"], name=f"{prefix}_bias_add"))
+            product = f"{prefix}_biased"
+        nodes.append(helper.make_node("Transpose", [product], [node.output[0]],
+                                      name=f"{prefix}_nchw", perm=[0, 3, 1, 2]))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    read = {name for node in graph.node for name in node.input}
+    for tensor in [t for t in graph.initializer if t.name not in read]:
+        graph.initializer.remove(tensor)
+    return model_proto
 
 
 def _symmetric_grid(weight, axis):
