@@ -15,8 +15,14 @@ How the graph is made (tf2onnx 1.17, onnxruntime 1.31):
   per output channel (or per tensor) and integer `q` in [-127, 127]. `_store_int8_weights`
   finds those kernels, stores `q` as an int8 initializer followed by a `DequantizeLinear`
   (per-axis scales), and checks that it found as many as the traced graph has weight fake
-  quants: the values are the twin's, bit for bit.
-- This happens before onnxruntime's basic optimizations (`export_onnx`'s constant
+  quants: the values are the twin's, bit for bit. The embedding tables (per tensor) are
+  stored the same way; `Gather` / `Slice` read int8 rows, dequantized after the lookup.
+- The twin's per-channel matmuls are 1x1 convolutions (the TFLite layout); tf2onnx makes
+  them `Conv` between transposes, which onnxruntime leaves in float (its int8 `Conv` needs
+  a `QuantizeLinear` right after it). `_pointwise_convs_as_matmuls` writes each as a
+  `MatMul` (same values), which onnxruntime runs as `MatMulIntegerToFloat` or
+  `QLinearMatMul`.
+- All this happens before onnxruntime's basic optimizations (`export_onnx`'s constant
   folding). Left to them, onnxruntime's `WeightBiasQuantization` would re-quantize the
   folded float kernels of a `Conv` per tensor: another, coarser int8 weight than the
   twin's per-channel one.
