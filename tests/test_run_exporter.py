@@ -36,7 +36,8 @@ pytestmark = pytest.mark.tensorflow
 FLOAT_TOLERANCE = 1e-4  # fp32 TFLite / ONNX / SavedModel vs Keras, max |Δlogit|
 ARTIFACT_FILES = ("model_fp32.tflite", "model_fp16.tflite", "model_dynamic_int8.tflite",
                   "model_int8.tflite", "model_int8_ptq.tflite", "model_text.tflite",
-                  "model.onnx", "model_dynamic_int8.onnx", "saved_model/saved_model.pb",
+                  "model.onnx", "model_dynamic_int8.onnx", "model_int8.onnx",
+                  "model_int8_ptq.onnx", "saved_model/saved_model.pb",
                   "vocab.txt", "labels.txt", "model_card.json", "golden_vectors.jsonl",
                   "export_report.json", "export_report.md", "qat/model.keras")
 TAGS = {"paris": "B-LOC", "rome": "B-LOC", "new": "B-LOC", "york": "I-LOC",
@@ -361,7 +362,8 @@ def test_tflite_files_are_self_describing_and_run_in_mediapipe(classification, n
     assert section["metadata"] == ["model_dynamic_int8.tflite", "model_fp16.tflite",
                                    "model_fp32.tflite", "model_int8.tflite",
                                    "model_int8_ptq.tflite", "model_text.tflite",
-                                   "model.onnx", "model_dynamic_int8.onnx"]
+                                   "model.onnx", "model_dynamic_int8.onnx",
+                                   "model_int8.onnx", "model_int8_ptq.onnx"]
     fp32 = section["mediapipe"]["model_fp32_mediapipe.tflite"]
     int8 = section["mediapipe"]["model_int8_mediapipe.tflite"]
     assert fp32["label_agreement"] == 1.0 and fp32["max_abs_probability_diff_same_tokens"] < 1e-5

@@ -39,7 +39,7 @@ BATCH_AXIS = "batch"
 SEQUENCE_AXIS = "sequence"
 
 
-def export_onnx(model, path, opset=17, outputs=None):
+def export_onnx(model, path, opset=17, outputs=None, rewrite=None):
     """Writes a float Keras model as an ONNX graph with dynamic batch and sequence axes.
 
     The model's forward pass (inference mode: dropout off) is traced as a `tf.function`
@@ -67,6 +67,9 @@ def export_onnx(model, path, opset=17, outputs=None):
         outputs: for a model with a dict of outputs, the list of output keys to export;
             `None` exports every output (only `"logits"` for a CRF tagger). Must be
             `None` for a model with a single output, which is named `logits`.
+        rewrite: optional callable `ModelProto -> ModelProto` applied to tf2onnx's graph
+            before the constant folding (`keras_attn.export.onnx_qdq_export` stores the
+            fake-quantized weights of a `QatBert` in int8 there). Defaults to `None`.
 
     Returns:
         A dict: `path` (str), `input_names` and `output_names` (lists of str, graph
@@ -94,6 +97,8 @@ def export_onnx(model, path, opset=17, outputs=None):
     selected = _select_outputs(model, outputs)
     model_proto = _convert(model, selected, opset)
     _check_standard_ops(model_proto, opset)
+    if rewrite is not None:
+        model_proto = rewrite(model_proto)
     model_proto = _fold_constants(model_proto)
     removed = _remove_unread_inputs(model_proto)
     _order_inputs(model_proto, list(model.input))

@@ -13,6 +13,7 @@ from keras_attn.export.artifacts.loaded_artifact import LoadedArtifact
 from keras_attn.export.artifacts.loaded_artifact import load_artifact
 from keras_attn.export.artifacts.onnx_artifacts import OnnxStep
 from keras_attn.export.artifacts.onnx_artifacts import onnx_logits
+from keras_attn.export.artifacts.onnx_int8_artifacts import OnnxInt8Step
 from keras_attn.export.artifacts.saved_model_artifact import SavedModelStep
 from keras_attn.export.artifacts.text_tflite_artifact import TextTFLiteStep
 from keras_attn.export.artifacts.tflite_artifacts import TFLiteStep
@@ -25,6 +26,7 @@ ARTIFACT_STEPS = (
     TFLiteStep(),
     TFLiteBucketsStep(),
     OnnxStep(),
+    OnnxInt8Step(),
     SavedModelStep(),
     TextTFLiteStep(),
 )
