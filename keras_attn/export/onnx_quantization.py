@@ -65,27 +65,27 @@ def quantize_onnx_dynamic(src, dst, per_channel=True):
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization import quantize_dynamic
 
-    model_proto = _gemm_as_matmul(onnx.load(os.fspath(src)))
-    # `_gemm_as_matmul` is the pre-processing this graph needs; onnxruntime's advice to run
+    model_proto = gemm_as_matmul(onnx.load(os.fspath(src)))
+    # `gemm_as_matmul` is the pre-processing this graph needs; onnxruntime's advice to run
     # its own optional pre-processing (shape inference and graph fusions) is printed on every
     # call and is not actionable here, so that one message is filtered during the call.
     root = logging.getLogger()
-    root.addFilter(_drop_pre_processing_advice)
+    root.addFilter(drop_pre_processing_advice)
     try:
         with atomic_files.atomic_path(dst) as temporary:
             quantize_dynamic(model_proto, os.fspath(temporary), weight_type=QuantType.QInt8,
                              per_channel=per_channel)
     finally:
-        root.removeFilter(_drop_pre_processing_advice)
+        root.removeFilter(drop_pre_processing_advice)
     return os.fspath(dst)
 
 
-def _drop_pre_processing_advice(record):
+def drop_pre_processing_advice(record):
     """`logging` filter: `False` (drop) for onnxruntime's pre-processing advice only."""
     return "pre-processing before quantization" not in record.getMessage()
 
 
-def _gemm_as_matmul(model_proto):
+def gemm_as_matmul(model_proto):
     """`Gemm(A, B, C)` with a constant `B` rewritten as `MatMul(A, B') + C`.
 
     onnxruntime's dynamic quantizer handles MatMul but not Gemm, and the Q/K/V and

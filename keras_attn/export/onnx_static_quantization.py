@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 
 from keras_attn import atomic_files
-from keras_attn.export.onnx_quantization import _drop_pre_processing_advice
-from keras_attn.export.onnx_quantization import _gemm_as_matmul
+from keras_attn.export.onnx_quantization import drop_pre_processing_advice
+from keras_attn.export.onnx_quantization import gemm_as_matmul
 
 # The ops quantized: every matmul (weights and attention) and the embedding lookups. With
 # onnxruntime's default (every op type it knows) the LayerNorm means that tf2onnx writes
@@ -75,7 +75,7 @@ def quantize_onnx_static(src, dst, batches, per_channel=True):
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization import quantize_static
 
-    model_proto = _gemm_as_matmul(onnx.load(os.fspath(src)))
+    model_proto = gemm_as_matmul(onnx.load(os.fspath(src)))
     inputs = {i.name: i.type.tensor_type.elem_type for i in model_proto.graph.input}
 
     class Batches(CalibrationDataReader):
@@ -90,7 +90,7 @@ def quantize_onnx_static(src, dst, batches, per_channel=True):
             return next(self.rows, None)
 
     root = logging.getLogger()
-    root.addFilter(_drop_pre_processing_advice)
+    root.addFilter(drop_pre_processing_advice)
     try:
         with atomic_files.atomic_path(dst) as temporary:
             quantize_static(model_proto, os.fspath(temporary), Batches(),
@@ -98,5 +98,5 @@ def quantize_onnx_static(src, dst, batches, per_channel=True):
                             weight_type=QuantType.QInt8, per_channel=per_channel,
                             op_types_to_quantize=list(QUANTIZED_OP_TYPES))
     finally:
-        root.removeFilter(_drop_pre_processing_advice)
+        root.removeFilter(drop_pre_processing_advice)
     return os.fspath(dst)
