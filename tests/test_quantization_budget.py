@@ -9,6 +9,7 @@ from keras_attn.layers.crf import viterbi_decode
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.quantization_budget import held_out_score
 from keras_attn.quantization.quantization_budget import quantization_budget
+from keras_attn.quantization.quantization_ops import op_weight_count
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
 from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.text.ner import first_piece_mask
@@ -76,6 +77,8 @@ def test_a_budget_moves_the_op_with_a_bad_range_to_float_first_and_ends_within_i
                                      if op in record["float_ops"])
     assert 100 * score(chosen) == pytest.approx(record["steps"][-1]["metric"], abs=1e-3)
     assert qat.float_ops == ()  # the recipe's model is not changed
+    assert record["size_cost_bytes"] == 3 * sum(op_weight_count(qat, op)
+                                                for op in record["float_ops"])
 
 
 def test_a_recipe_within_the_budget_is_kept_as_it_is():

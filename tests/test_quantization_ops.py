@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.quantization_ops import op_weight_count
 from keras_attn.quantization.quantization_ops import quantization_ops
 
 pytestmark = pytest.mark.tensorflow
@@ -58,3 +59,11 @@ def test_every_op_float_is_the_float_model():
     assert not any(q.quantize for q in every.activation_quantizers)
     np.testing.assert_array_equal(np.asarray(every(x)),
                                   np.asarray(model.with_quantization(False)(x)))
+
+
+def test_the_weights_an_op_stores():
+    model = _model(feedforward_float_channels=2)
+    assert op_weight_count(model, "embeddings") == 30 * 8 + 2 * 8 + 8 * 8
+    assert op_weight_count(model, "transformer_layer_0/qkv") == 8 * 24
+    assert op_weight_count(model, "transformer_layer_1/intermediate") == 8 * (16 - 2)
+    assert op_weight_count(model, "logits") == 8 * 3

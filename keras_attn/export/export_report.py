@@ -114,7 +114,9 @@ def budget_markdown(budget):
              f"examples; the most sensitive ops moved to float one at a time "
              f"(`keras_attn.quantization.quantization_budget`). Result: {met} the budget, "
              f"{len(budget['float_ops'])} op(s) float: "
-             + (", ".join(f"`{op}`" for op in budget["float_ops"]) or "none") + ".", "",
+             + (", ".join(f"`{op}`" for op in budget["float_ops"]) or "none")
+             + f"; their float weights add {budget.get('size_cost_bytes', 0) / 1e6:.2f} MB to "
+               "`model_int8.tflite` (its size and latency: the artifact table).", "",
              "| ops in float | metric | below float |", "| --- | --- | --- |"]
     for step in budget["steps"]:
         moved = f"+ `{step['float_ops'][-1]}`" if step["float_ops"] else "none (the recipe)"

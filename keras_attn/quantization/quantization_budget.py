@@ -16,6 +16,7 @@ quantization use; with every op float the model is the float model, so the loop 
 import keras
 
 from keras_attn.layers.crf import viterbi_decode
+from keras_attn.quantization.quantization_ops import op_weight_count
 from keras_attn.quantization.quantization_sensitivity import logits_of
 from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.text.labelled_examples import score_sentences
@@ -40,7 +41,8 @@ def quantization_budget(model, rows, score, max_drop, log=None):
     Returns:
         `(model, record)`: the chosen `QatBert` (`model` itself when the recipe is within
         the budget) and `{"max_accuracy_drop", "float_metric", "steps": [{"float_ops",
-        "metric", "drop"}], "float_ops", "within_budget"}` (metrics in points).
+        "metric", "drop"}], "float_ops", "within_budget", "size_cost_bytes"}` (metrics in
+        points; the size the moved ops add to the int8 file, their weights in float32).
 
     Example:
 
@@ -61,9 +63,12 @@ def quantization_budget(model, rows, score, max_drop, log=None):
         steps.append(_step(float_ops, 100 * score(chosen), float_metric))
         log(f"  {op} to float: {steps[-1]['metric']:.2f} ({steps[-1]['drop']:+.2f} below "
             "float)")
+    moved = float_ops[len(model.float_ops):]
     return chosen, {"max_accuracy_drop": max_drop, "float_metric": round(float_metric, 4),
                     "steps": steps, "float_ops": list(float_ops),
-                    "within_budget": steps[-1]["drop"] <= max_drop}
+                    "within_budget": steps[-1]["drop"] <= max_drop,
+                    # float32 instead of int8 weights: 3 more bytes each
+                    "size_cost_bytes": 3 * sum(op_weight_count(model, op) for op in moved)}
 
 
 def _step(float_ops, metric, float_metric):

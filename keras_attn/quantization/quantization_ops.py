@@ -1,6 +1,8 @@
 """The ops of a `QatBert` that its `float_ops` can move to float (an int8 accuracy budget's
 moves, `quantization_budget`; the rows of `quantization_sensitivity`)."""
 
+import numpy as np
+
 from keras_attn.quantization.qat_encoder_block import MATMULS
 
 
@@ -24,3 +26,27 @@ def check_float_ops(float_ops, names):
                          f"its ops: {names[0]!r}, {names[1]!r}, ..., {names[-1]!r} "
                          f"(`quantization_ops`). Received: float_ops={list(float_ops)!r}")
     return tuple(op for op in names if op in float_ops)
+
+
+def op_weight_count(model, op):
+    """How many weights op `op` of a `QatBert` stores in int8 (in float32, 4 bytes each
+    instead of 1, when `float_ops` lists it): the embedding tables, a block matmul's
+    kernel (the feed-forward ones without the float channels), or a dense layer's kernel."""
+    if op == "embeddings":
+        layer = model.get_layer("embeddings")
+        return sum(_count(w) for w in (layer.token_embeddings, layer.segment_embeddings,
+                                       layer.position_embeddings))
+    if "/" not in op:
+        return _count(model.get_layer(op).kernel)
+    name, matmul = op.split("/")
+    block = model.get_layer(name)
+    kernel = {"qkv": block.qkv_kernel, "attention_output": block.output_kernel,
+              "intermediate": block.intermediate_kernel,
+              "feedforward_output": block.feedforward_output_kernel}[matmul]
+    float_channels = block.feedforward_float_channels * block.intermediate_kernel.shape[0]
+    return _count(kernel) - (float_channels if matmul in ("intermediate",
+                                                           "feedforward_output") else 0)
+
+
+def _count(variable):
+    return int(np.prod(variable.shape))
