@@ -121,8 +121,8 @@ def test_errors(exported, tmp_path):
 # (MEAN, SUB, MUL, RSQRT, ADD), entered through QUANTIZE/DEQUANTIZE.
 # With `float_residual`: the residual sums and LayerNorms in float, and the ops XNNPACK has
 # no int8 kernel for (`tflite_float_ops.FLOAT_OPS`: attention products, softmax, mask,
-# GELU, the pooler tanh) between a DEQUANTIZE and a QUANTIZE; the weight matmuls (FULLY_CONNECTED, CONV_2D)
-# stay int8.
+# GELU, the pooler tanh) between a DEQUANTIZE and a QUANTIZE; the weight matmuls
+# (FULLY_CONNECTED, CONV_2D) stay int8.
 FLOAT_RESIDUAL_OPS = {"ADD", "MEAN", "SUB", "MUL", "RSQRT", "QUANTIZE", "DEQUANTIZE",
                       *FLOAT_OPS}
 

@@ -23,11 +23,11 @@ from keras_attn.models.model_config import ModelConfig
 from keras_attn.quantization.activation_quantizer import ActivationQuantizer
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
 from keras_attn.quantization.qat_encoder_block import MATMULS
-from keras_attn.quantization.quantization_ops import check_float_ops
-from keras_attn.quantization.quantization_ops import quantization_ops
 from keras_attn.quantization.qat_encoder_block import ChannelRanges
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 from keras_attn.quantization.qat_encoder_block import check_feedforward_float_channels
+from keras_attn.quantization.quantization_ops import check_float_ops
+from keras_attn.quantization.quantization_ops import quantization_ops
 from keras_attn.quantization.quantized_dense import QuantizedDense
 from keras_attn.quantization.quantized_dense import check_weight_quantization
 
