@@ -154,11 +154,7 @@ class QatBert(ModelConfig, keras.Model):
         if not isinstance(activation, str):
             activation = serialize_activation(activation)
         float_ops = check_float_ops(float_ops, quantization_ops(num_layers, head))
-        # An op is int8 unless listed; a layer rounds its output for an int8 next matmul.
-        int8 = {op: quantize and op not in float_ops
-                for op in quantization_ops(num_layers, head)}
-        consumers = [f"transformer_layer_{i}/qkv" for i in range(num_layers)] + [
-            "pooled_dense" if head == "classification" else "logits"]
+        int8, consumers = _int8_ops(float_ops, quantize, num_layers, head)
         common = dict(decay=decay)
 
         # === Layers ===
@@ -474,6 +470,16 @@ class QatBert(ModelConfig, keras.Model):
                 value = ops.convert_to_numpy(source)
             target.assign(np.reshape(value, _float_shape(target)))
         return model
+
+
+def _int8_ops(float_ops, quantize, num_layers, head):
+    """`({op: int8?}, consumers)`: an op is int8 unless listed, and `consumers[i]` is the
+    op reading layer `i`'s output (the embeddings, then each block), whose int8-ness
+    decides whether that layer rounds its output."""
+    int8 = {op: quantize and op not in float_ops for op in quantization_ops(num_layers, head)}
+    consumers = [f"transformer_layer_{i}/qkv" for i in range(num_layers)] + [
+        "pooled_dense" if head == "classification" else "logits"]
+    return int8, consumers
 
 
 def _encode(blocks, x, padding_mask, classify):

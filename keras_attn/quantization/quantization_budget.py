@@ -14,6 +14,7 @@ quantization use; with every op float the model is the float model, so the loop 
 """
 
 import keras
+import numpy as np
 
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.quantization.quantization_ops import op_weight_count
@@ -81,15 +82,16 @@ def held_out_score(examples, length, labels, tagger, crf=None):
     (`RunDirectory.examples("dev", length)`), at the export's fixed `length`; a CRF
     tagger's emissions are decoded with `crf` (the float model's `CRF` layer), as the export
     decodes its files'."""
+    batches = [id_inputs(examples[start:start + BUDGET_BATCH], length)
+               for start in range(0, len(examples), BUDGET_BATCH)]
+
     def score(model):
+        logits = np.concatenate(logits_of(model, batches))  # ranges frozen once
         outputs = []
-        for start in range(0, len(examples), BUDGET_BATCH):
-            chunk = examples[start:start + BUDGET_BATCH]
-            (logits,) = logits_of(model, [id_inputs(chunk, length)])
-            for row, example in enumerate(chunk):
-                n = len(example["token_ids"])
-                outputs.append(_decoded(logits[row:row + 1, :n], example, crf)
-                               if tagger else logits[row])
+        for row, example in enumerate(examples):
+            n = len(example["token_ids"])
+            outputs.append(_decoded(logits[row:row + 1, :n], example, crf)
+                           if tagger else logits[row])
         if tagger:
             return score_sentences(examples, outputs, labels)["f1"]
         return score_texts(examples, outputs)["accuracy"]
