@@ -88,6 +88,13 @@ def test_a_recipe_within_the_budget_is_kept_as_it_is():
     chosen, record = quantization_budget(qat, quantization_sensitivity(qat, calibration),
                                          score, max_drop=10.0)
     assert chosen is qat and record["float_ops"] == [] and len(record["steps"]) == 1
+    # Given as a callable, the sensitivity order is measured only when the recipe misses.
+    calls = []
+    chosen, lazy = quantization_budget(qat, lambda: calls.append(1) or [], score, 10.0)
+    assert chosen is qat and calls == [] and lazy == record
+    rows = quantization_sensitivity(qat, calibration)
+    _, missed = quantization_budget(qat, lambda: calls.append(1) or rows, score, -1e-9)
+    assert calls == [1] and missed["float_ops"] == [r["op"] for r in rows[1:]]
 
 
 def test_held_out_score_of_a_crf_tagger_decodes_the_emissions_with_its_transitions():

@@ -27,10 +27,34 @@ def test_defaults_are_the_measured_recipe():
     QuantizationRecipe(), QuantizationRecipe.all_int8(), QuantizationRecipe(qat_epochs=2),
     QuantizationRecipe.all_int8(qat_epochs=1, qat_learning_rate=2e-5, qat_max_steps=40),
     QuantizationRecipe(feedforward_float_channels=0, calibration_examples=64),
+    QuantizationRecipe(max_accuracy_drop=None), QuantizationRecipe(max_accuracy_drop=1.5),
 ])
 def test_flags_and_dicts_round_trip(recipe):
     assert parse(*recipe.to_flags()) == recipe
     assert QuantizationRecipe.from_dict(recipe.to_dict()) == recipe
+
+
+def test_the_default_budget_and_no_budget():
+    # The default checks the recipe against a 0.5-point budget; `none` turns it off, and
+    # the all-int8 recipe has none (its residual stream has no float ops to move).
+    assert QuantizationRecipe().max_accuracy_drop == 0.5 == parse().max_accuracy_drop
+    assert parse("--max-accuracy-drop", "none").max_accuracy_drop is None
+    assert parse("--max-accuracy-drop", "None").max_accuracy_drop is None
+    assert parse("--max-accuracy-drop", "0").max_accuracy_drop == 0.0
+    assert QuantizationRecipe.all_int8().max_accuracy_drop is None
+    assert QuantizationRecipe(float_residual=False,
+                              feedforward_float_channels=0).max_accuracy_drop is None
+    assert parse("--all-int8") == QuantizationRecipe.all_int8()
+    assert "until at most 0.5 points are lost" in QuantizationRecipe().describe()
+    assert "points are lost" not in QuantizationRecipe(max_accuracy_drop=None).describe()
+    # A recipe recorded before budgets existed searched none.
+    legacy = {k: v for k, v in QuantizationRecipe().to_dict().items()
+              if k != "max_accuracy_drop"}
+    assert QuantizationRecipe.from_dict(legacy).max_accuracy_drop is None
+    with pytest.raises(ValueError, match="it needs the default recipe"):
+        parse("--all-int8", "--max-accuracy-drop", "1")
+    with pytest.raises(SystemExit):
+        parse("--max-accuracy-drop", "half")
 
 
 def test_command_line_defaults_and_all_int8():
@@ -84,8 +108,11 @@ def test_config_overrides_and_from_config_are_inverse(recipe, epochs, learning_r
     assert (train.epochs, train.max_steps) == (epochs, recipe.qat_max_steps)
     assert train.learning_rate == pytest.approx(learning_rate, rel=1e-12)
     read_back = QuantizationRecipe.from_config(config)
-    assert read_back.to_dict() == {**recipe.to_dict(), "qat_learning_rate":
-                                   pytest.approx(learning_rate, rel=1e-12)}
+    # A training config holds no budget: a QAT run trained by `keras-attn train` searched
+    # none (the quantize stage records its own recipe, budget included).
+    assert read_back.to_dict() == {**recipe.to_dict(), "max_accuracy_drop": None,
+                                   "qat_learning_rate": pytest.approx(learning_rate,
+                                                                      rel=1e-12)}
 
 
 def test_calibration_only_still_builds_a_one_epoch_config():

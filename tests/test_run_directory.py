@@ -202,6 +202,15 @@ def test_examples_of_a_split_equal_the_training_tasks(runs):
     assert [e["token_ids"].tolist() for e in sample] == \
         [e["token_ids"].tolist() for e in task.calibration_sample(5)]
     assert run.texts("dev", 2) == [e.text for e in task._reader(task.config.data.dev)][:2]
+    # Held out from that sample: the other training examples, in file order.
+    rest = run.examples("train", beside_sample=5)
+    every = [e["token_ids"].tolist() for e in task.train_examples]
+    picked = [e["token_ids"].tolist() for e in task.calibration_sample(5)]
+    assert len(rest) == len(every) - 5
+    assert [e["token_ids"].tolist() for e in rest] == [ids for ids in every
+                                                       if ids not in picked]
+    assert run.examples("train", beside_sample=len(every)) == []
+    assert len(run.examples("train", sample=3, beside_sample=5)) == 3
 
 
 def test_the_length_rule(runs):

@@ -22,6 +22,7 @@ from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
+from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
@@ -173,7 +174,9 @@ def test_report_markdown_lists_every_artifact(classification):
     default = dict(report, quantization=QuantizationRecipe().to_dict())
     assert "QAT model (`model_int8.tflite`): ranges calibrated on up to 512 training examples " \
            "drawn at random, no fine-tuning; residual sums and LayerNorm internals float; " \
-           "the 4 widest feed-forward channels of each block float." in report_markdown(default)
+           "the 4 widest feed-forward channels of each block float; the most sensitive ops " \
+           "float until at most 0.5 points are lost on held-out examples." \
+           in report_markdown(default)
     # A report written before the recipe was recorded describes its options the same way.
     legacy = dict(report, quantization=None, options={
         "qat_epochs": 0, "float_residual": True, "feedforward_float_channels": 4,
@@ -181,6 +184,40 @@ def test_report_markdown_lists_every_artifact(classification):
     assert "no fine-tuning; residual sums and LayerNorm internals float; the 4 widest" in \
            report_markdown(legacy)
     assert json.loads((export_dir / "export_report.json").read_text()) == report
+
+
+def test_the_report_holds_the_calibrated_model_against_its_file(ner):
+    """`twin_agreement`: the QAT Keras model (ranges frozen) against `model_int8.tflite` on
+    XNNPACK and on LiteRT's builtin kernels, and the file's two kernel sets against each
+    other, per real token; recomputed here from the two models directly."""
+    run, export_dir, report = ner
+    section = report["twin_agreement"]
+    qat = RunDirectory(export_dir / "qat").load_model()
+    qat.freeze_ranges()
+    step = float(qat.get_layer("logits").output_quantizer.step())
+    assert section["logit_step"] == pytest.approx(step, rel=1e-6)
+    examples = RunDirectory(run).examples(report["eval_split"], report["sequence_length"])
+    runner = Interpreter(model_path=str(export_dir / "model_int8.tflite")).get_signature_runner()
+    twin, out = [], []
+    for example in examples:
+        x = id_inputs([example], report["sequence_length"])
+        n = len(example["token_ids"])
+        twin.append(keras.ops.convert_to_numpy(qat(x))[0, :n])
+        (logits,) = runner(**{k: v.astype("int32") for k, v in x.items()}).values()
+        out.append(logits[0, :n])
+    twin, out = np.concatenate(twin), np.concatenate(out)
+    row = section["twin_vs_file"]
+    assert row["outputs"] == len(twin) == sum(len(e["token_ids"]) for e in examples)
+    assert row["disagreements"] == int(np.sum(twin.argmax(-1) != out.argmax(-1)))
+    steps = np.abs(twin - out).max(-1) / step
+    assert row["steps_max"] == pytest.approx(steps.max(), abs=1e-3)
+    assert row["steps_median"] == pytest.approx(np.median(steps), abs=1e-3)
+    # The tiny tagger: every token agrees, within a few steps (the runtime's roundings).
+    for key in ("twin_vs_file", "twin_vs_builtin_kernels", "builtin_kernels_vs_file"):
+        assert section[key]["agreement"] == 1.0 and section[key]["steps_max"] <= 6.01, key
+    markdown = (export_dir / "export_report.md").read_text()
+    assert "## The calibrated model vs its file" in markdown
+    assert f"| file: builtin kernels vs XNNPACK | 1.0000 | 0 of {len(twin):,} |" in markdown
 
 
 def test_model_card_describes_inputs_tokenizer_and_labels(classification, ner):
@@ -537,6 +574,28 @@ def test_an_int8_budget_is_searched_on_dev_and_kept_in_the_qat_run(crf_ner, tmp_
     # Asking the same directory for another budget is refused, not silently reused.
     with pytest.raises(RunDirectoryError, match="another recipe"):
         quantize_run(run, tmp_path / "qat", QuantizationRecipe(calibration_examples=32))
+
+
+def test_without_a_dev_split_the_budget_is_scored_on_training_examples_held_out(
+        crf_ner, tmp_path):
+    """A run whose config has no data.dev: the default budget is measured on the training
+    examples the calibration did not use (never the test split); `none` checks nothing."""
+    run = tmp_path / "run"
+    shutil.copytree(crf_ner[0], run)
+    config = json.loads((run / "config.json").read_text())
+    config["data"]["dev"] = None
+    (run / "config.json").write_text(json.dumps(config))
+    recipe = QuantizationRecipe(calibration_examples=32)
+    record = quantize_run(run, tmp_path / "qat", recipe).metrics()["quantization_budget"]
+    train = RunDirectory(run).examples("train")
+    assert record["split"] == "train (not used for calibration)"
+    assert record["examples"] == len(train) - 32 and record["max_accuracy_drop"] == 0.5
+    assert record["steps"][0]["float_ops"] == []
+    unchecked = quantize_run(run, tmp_path / "unchecked",
+                             QuantizationRecipe(calibration_examples=32, max_accuracy_drop=None))
+    assert "quantization_budget" not in unchecked.metrics()
+    with pytest.raises(RunDirectoryError, match="all of them calibrated"):
+        quantize_run(run, tmp_path / "all", QuantizationRecipe(calibration_examples=1000))
 
 
 def test_a_crf_tagger_fine_tunes_through_its_crf_loss(crf_ner, tmp_path):

@@ -1,10 +1,12 @@
 """`export_report.md`: the export report as a Markdown page (the artifact table, latencies,
-op histograms, the self-describing files and the length buckets)."""
+op histograms, the calibrated model vs its file, the self-describing files and the length
+buckets)."""
 
 import dataclasses
 
 from keras_attn.export.length_buckets import buckets_markdown
 from keras_attn.export.mediapipe_export import self_describing_markdown
+from keras_attn.export.twin_agreement import twin_agreement_markdown
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 
 
@@ -69,6 +71,7 @@ def report_markdown(report):
             lines += [f"- `{op}` × {count}" for op, count in int8["non_int8_ops"].items()]
         else:
             lines.append("None: every op runs in integer arithmetic.")
+    lines += twin_agreement_markdown(report.get("twin_agreement"))
     lines += sensitivity_markdown(report.get("quantization_sensitivity"))
     lines += budget_markdown(report.get("quantization_budget"))
     lines += ["", "## Op histograms", ""]

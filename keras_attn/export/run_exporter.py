@@ -43,6 +43,7 @@ from keras_attn.export.length_buckets import bucketed_file_name
 from keras_attn.export.mediapipe_export import self_describing_artifacts
 from keras_attn.export.tflite_export import SMALLEST_BUCKET
 from keras_attn.export.tflite_export import bucket_lengths
+from keras_attn.export.twin_agreement import twin_agreement
 from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.machine import cpu_description
@@ -275,24 +276,28 @@ class RunExporter:
         return steps, errors
 
     def _evaluate(self, steps, int8_model):
-        """The report's rows (the Keras float model first) and their latencies."""
+        """The report's rows (the Keras float model first) with their latencies, and the
+        `twin_agreement` section (`None` without a calibrated twin)."""
         reference = self.scorer.collect(self.scorer.keras_predict(self.model))
         rows = [self._row("model.keras (float, Keras)", self.run_dir / "model.keras",
                           reference, reference)]
+        twin = None
         if int8_model is not None:
+            twin = self.scorer.collect(self.scorer.keras_predict(int8_model))
             rows.append(self._row("QAT model (Keras, fake int8)",
-                                  self.output_dir / "qat" / "model.keras", reference,
-                                  self.scorer.collect(self.scorer.keras_predict(int8_model))))
-        calls, timed_input = {}, self.scorer.latency_input()
+                                  self.output_dir / "qat" / "model.keras", reference, twin))
+        calls, timed_input, agreement = {}, self.scorer.latency_input(), None
         for step, files in steps:
             for f in files:
                 path = self.output_dir / f.file
                 if not f.scored or not step.is_written(path):
                     continue
                 self.log(f"  {f.report_name}")
-                row = self._row(f.report_name, path, reference,
-                                self.scorer.collect(step.run_logits(path)), step.details(path))
+                outputs = self.scorer.collect(step.run_logits(path))
+                row = self._row(f.report_name, path, reference, outputs, step.details(path))
                 rows.append(row)
+                if twin is not None and f.file == "model_int8.tflite":
+                    agreement = self._twin_agreement(int8_model, twin, outputs, step, path)
                 if f.timed:
                     calls[row["artifact"]] = \
                         lambda t, s=step, p=path: s.timed_call(p, t, timed_input)
@@ -303,7 +308,16 @@ class RunExporter:
         for row in rows:
             if row["artifact"] in latency:
                 row["latency"] = latency[row["artifact"]]
-        return rows
+        return rows, agreement
+
+    def _twin_agreement(self, int8_model, twin, xnnpack, step, path):
+        """`twin_agreement`: the calibrated model against its file, and the file on LiteRT's
+        builtin kernels against XNNPACK (the runtime's own floor)."""
+        self.log(f"  {path.name} on LiteRT's builtin kernels (no XNNPACK), against the "
+                 "calibrated model")
+        builtin = self.scorer.collect(step.run_logits(path, builtin_kernels=True))
+        logit_step = float(int8_model.get_layer("logits").output_quantizer.step())
+        return twin_agreement(twin, xnnpack, builtin, logit_step)
 
     def _row(self, name, path, reference, outputs, details=None):
         return {"artifact": name, "path": str(path),
@@ -383,7 +397,7 @@ class RunExporter:
         steps, errors = self._write_artifacts(plan)
         self.log(f"evaluating every artifact on {len(self.examples):,} {self.eval_split} "
                  "examples")
-        rows = self._evaluate(steps, int8_model)
+        rows, agreement = self._evaluate(steps, int8_model)
         self._model_card(rows, steps, int8_model)
         golden = self._golden_vectors()
         length_buckets = self._length_buckets(plan, steps)
@@ -401,7 +415,7 @@ class RunExporter:
             "self_describing_tflite": self_describing, "length_buckets": length_buckets,
             "machine": _machine(), "seconds": round(time.perf_counter() - started, 1),
             "quantization": self.recipe.to_dict() if int8_model is not None else None,
-            "quantization_sensitivity": sensitivity,
+            "quantization_sensitivity": sensitivity, "twin_agreement": agreement,
             "quantization_budget": self.budget if int8_model is not None else None,
             "options": {name: list(value) if isinstance(value, tuple) else value  # as JSON
                         for name, value in dataclasses.asdict(self.options).items()},

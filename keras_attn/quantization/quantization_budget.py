@@ -8,7 +8,8 @@ calibrated model loses at most `max_drop` points against the float model.
 
 The metric is the task's (accuracy or strict entity F1, in points) of the calibrated Keras
 model with frozen ranges, which computes what its int8 file computes (`QatEncoderBlock`),
-on held-out examples: the run's dev split, never the test split. The greedy order is the
+on held-out examples: the run's dev split (without one, training examples the calibration
+did not use), never the test split. The greedy order is the
 one the LiteRT / AI Edge quantizer's per-op error report and OpenVINO's accuracy-aware
 quantization use; with every op float the model is the float model, so the loop always ends.
 """
@@ -33,7 +34,8 @@ def quantization_budget(model, rows, score, max_drop, log=None):
 
     Args:
         model: a calibrated `QatBert` (the recipe; not changed).
-        rows: `quantization_sensitivity(model, ...)` rows (the order ops move in).
+        rows: `quantization_sensitivity(model, ...)` rows (the order ops move in), or a
+            callable returning them, called only if the recipe misses the budget.
         score: callable `QatBert -> metric` in [0, 1] on the held-out examples
             (`held_out_score`).
         max_drop: float >= 0, the largest loss allowed, in points (accuracy or F1 x 100).
@@ -51,11 +53,13 @@ def quantization_budget(model, rows, score, max_drop, log=None):
     """
     log = log or (lambda message: None)
     float_metric = 100 * score(model.with_quantization(False))
-    order = [row["op"] for row in rows if row["op"] != "all"]
     chosen, float_ops = model, list(model.float_ops)
     steps = [_step(float_ops, 100 * score(model), float_metric)]
     log(f"int8 budget {max_drop:g} points: float {float_metric:.2f}, recipe "
         f"{steps[-1]['metric']:.2f}")
+    if steps[-1]["drop"] > max_drop and callable(rows):
+        rows = rows()  # the sensitivity order, measured only now that it is needed
+    order = [] if callable(rows) else [row["op"] for row in rows if row["op"] != "all"]
     for op in order:
         if steps[-1]["drop"] <= max_drop:
             break

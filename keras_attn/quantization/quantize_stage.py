@@ -33,6 +33,8 @@ from keras_attn.training.trainer import train
 
 __all__ = ["quantize_run"]
 
+BUDGET_TRAIN_EXAMPLES = 1000  # training examples scoring a budget when a run has no dev split
+
 
 def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None):
     """Makes (or reuses) the QAT run directory of a float run.
@@ -142,26 +144,45 @@ def _fine_tune(source, output, config, recipe, length, log):
 
 def _within_budget(source, qat, recipe, length, batches, log):
     """`(qat, {"quantization_budget": record})` with the recipe's `max_accuracy_drop`
-    (`quantization_budget` on the run's dev split, ops ordered by their sensitivity on the
-    first `SENSITIVITY_EXAMPLES` of `batches`), or `(qat, {})` without a budget."""
+    (`quantization_budget` on `_held_out`; ops ordered by their sensitivity on the first
+    `SENSITIVITY_EXAMPLES` of `batches`, measured only if the recipe misses the budget), or
+    `(qat, {})` without a budget."""
     if recipe.max_accuracy_drop is None:
         return qat, {}
-    if not source.data_file("dev"):
-        raise RunDirectoryError(
-            f"{source.path}: an int8 accuracy budget (max_accuracy_drop) is measured on the "
-            "run's dev split, and its config has no data.dev; add one, or export without "
-            "the budget")
-    dev = source.examples("dev", length)
+    split, examples = _held_out(source, recipe, length)
     tagger = task_spec(source.task).token_labels
     float_model = source.load_model()
     crf = float_model.get_layer("crf") if getattr(float_model, "use_crf", False) else None
-    rows = quantization_sensitivity(qat, batches[:max(1, SENSITIVITY_EXAMPLES
-                                                      // CALIBRATION_BATCH)])
+    rows = []
+
+    def sensitivity():
+        rows.extend(quantization_sensitivity(
+            qat, batches[:max(1, SENSITIVITY_EXAMPLES // CALIBRATION_BATCH)]))
+        return rows
+
     log(f"int8 budget: at most {recipe.max_accuracy_drop:g} points below float on "
-        f"{len(dev)} dev examples")
-    qat, record = quantization_budget(
-        qat, rows, held_out_score(dev, length, source.labels(), tagger, crf),
+        f"{len(examples)} {split} examples")
+    chosen, record = quantization_budget(
+        qat, sensitivity, held_out_score(examples, length, source.labels(), tagger, crf),
         recipe.max_accuracy_drop, log=lambda message: log("  " + message))
-    return qat, {"quantization_budget": {**record, "split": "dev", "examples": len(dev),
-                                         "sensitivity": rows}}
+    return chosen, {"quantization_budget": {**record, "split": split,
+                                            "examples": len(examples), "sensitivity": rows}}
+
+
+def _held_out(source, recipe, length):
+    """`(split, examples)` the budget is measured on: the run's dev split, or without one
+    up to `BUDGET_TRAIN_EXAMPLES` training examples the calibration did not use (never the
+    test split)."""
+    if source.data_file("dev"):
+        return "dev", source.examples("dev", length)
+    examples = source.examples("train", length, sample=BUDGET_TRAIN_EXAMPLES,
+                               beside_sample=recipe.calibration_examples)
+    if not examples:
+        raise RunDirectoryError(
+            f"{source.path}: an int8 accuracy budget (max_accuracy_drop) is measured on the "
+            "run's dev split or, without one (its config has no data.dev), on training "
+            f"examples the calibration did not use; all of them calibrated (calibration_"
+            f"examples={recipe.calibration_examples}). Add a data.dev, calibrate on fewer "
+            "examples, or export with --max-accuracy-drop none")
+    return "train (not used for calibration)", examples
 

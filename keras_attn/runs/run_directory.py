@@ -38,6 +38,7 @@ from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.labelled_examples import calibration_sample
 from keras_attn.text.labelled_examples import encode_sentences
 from keras_attn.text.labelled_examples import encode_texts
+from keras_attn.text.labelled_examples import not_in_sample
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
@@ -228,7 +229,7 @@ class RunDirectory:
         _, raw = self._read_split(split)
         return [" ".join(e.tokens) if hasattr(e, "tokens") else e.text for e in raw[:limit]]
 
-    def examples(self, split, sequence_length=None, sample=None, log=None):
+    def examples(self, split, sequence_length=None, sample=None, log=None, beside_sample=None):
         """The labelled examples of `split`, tokenized with the run's tokenizer and labels
         at `sequence_length` (`keras_attn.text.labelled_examples`: `encode_texts` for a
         classifier, `encode_sentences` for a tagger).
@@ -238,11 +239,15 @@ class RunDirectory:
             sequence_length: the length they are cut to (default: the run's).
             sample: tokenize only `calibration_sample(examples, sample)` of them.
             log: callable receiving the truncation note.
+            beside_sample: first keep only the examples `sample=beside_sample` would not
+                pick (`not_in_sample`: held out from a calibration of that many).
         """
         if self.task not in DEPLOYABLE_TASKS:
             raise RunDirectoryError(f"{self.path}: a {self.task} run has no labelled "
                                     f"examples; {' and '.join(DEPLOYABLE_TASKS)} runs have")
         path, raw = self._read_split(split)
+        if beside_sample is not None:
+            raw = not_in_sample(raw, beside_sample)
         if sample is not None:
             raw = calibration_sample(raw, sample)
         encode = encode_sentences if task_spec(self.task).token_labels else encode_texts

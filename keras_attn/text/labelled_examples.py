@@ -139,6 +139,16 @@ def calibration_sample(examples, count):
     return [examples[i] for i in np.sort(picked)]
 
 
+def not_in_sample(examples, count):
+    """The `examples` that `calibration_sample(examples, count)` did not pick, in file order:
+    held out from calibration (none when it took them all)."""
+    if count >= len(examples):
+        return []
+    picked = set(np.random.default_rng(CALIBRATION_SEED).choice(len(examples), count,
+                                                                replace=False).tolist())
+    return [example for i, example in enumerate(examples) if i not in picked]
+
+
 def id_inputs(examples, length):
     """The model inputs (`token_ids`, `segment_ids`, `padding_mask`, `(B, length)` int32) of
     encoded examples of either task, zero-padded."""

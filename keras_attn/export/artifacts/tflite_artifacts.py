@@ -5,6 +5,7 @@ twin (the `QuantizationRecipe`)."""
 
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
+from ai_edge_litert.interpreter import OpResolverType
 
 from keras_attn.export.artifacts.artifact_step import ArtifactFile
 from keras_attn.export.artifacts.artifact_step import ArtifactStep
@@ -58,8 +59,13 @@ class TFLiteStep(ArtifactStep):
     def write(self, plan, files):
         converted(plan, files)
 
-    def run_logits(self, path, num_threads=2):
-        return tflite_logits(Interpreter(model_path=str(path), num_threads=num_threads))
+    def run_logits(self, path, num_threads=2, builtin_kernels=False):
+        """`x -> logits` of the file on LiteRT with XNNPACK (as it ships), or with
+        `builtin_kernels` on LiteRT's builtin kernels (no delegate)."""
+        resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels
+                    else OpResolverType.AUTO)
+        return tflite_logits(Interpreter(model_path=str(path), num_threads=num_threads,
+                                         experimental_op_resolver_type=resolver))
 
     def timed_call(self, path, num_threads, x):
         runner = Interpreter(model_path=str(path),
