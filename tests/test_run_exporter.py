@@ -594,8 +594,11 @@ def test_without_a_dev_split_the_budget_is_scored_on_training_examples_held_out(
     unchecked = quantize_run(run, tmp_path / "unchecked",
                              QuantizationRecipe(calibration_examples=32, max_accuracy_drop=None))
     assert "quantization_budget" not in unchecked.metrics()
-    with pytest.raises(RunDirectoryError, match="all of them calibrated"):
-        quantize_run(run, tmp_path / "all", QuantizationRecipe(calibration_examples=1000))
+    # Every training example calibrated: the budget is scored on them, and says so.
+    record = quantize_run(run, tmp_path / "all", QuantizationRecipe(calibration_examples=1000)
+                          ).metrics()["quantization_budget"]
+    assert record["split"].startswith("train (also the calibration examples: no dev split")
+    assert record["examples"] == len(train)
 
 
 def test_a_crf_tagger_fine_tunes_through_its_crf_loss(crf_ner, tmp_path):

@@ -171,18 +171,13 @@ def _within_budget(source, qat, recipe, length, batches, log):
 
 def _held_out(source, recipe, length):
     """`(split, examples)` the budget is measured on: the run's dev split, or without one
-    up to `BUDGET_TRAIN_EXAMPLES` training examples the calibration did not use (never the
-    test split)."""
+    up to `BUDGET_TRAIN_EXAMPLES` training examples the calibration did not use, or when it
+    used them all, those (said in the split's name); never the test split."""
     if source.data_file("dev"):
         return "dev", source.examples("dev", length)
     examples = source.examples("train", length, sample=BUDGET_TRAIN_EXAMPLES,
                                beside_sample=recipe.calibration_examples)
-    if not examples:
-        raise RunDirectoryError(
-            f"{source.path}: an int8 accuracy budget (max_accuracy_drop) is measured on the "
-            "run's dev split or, without one (its config has no data.dev), on training "
-            f"examples the calibration did not use; all of them calibrated (calibration_"
-            f"examples={recipe.calibration_examples}). Add a data.dev, calibrate on fewer "
-            "examples, or export with --max-accuracy-drop none")
-    return "train (not used for calibration)", examples
-
+    if examples:
+        return "train (not used for calibration)", examples
+    return ("train (also the calibration examples: no dev split, every training example "
+            "calibrated)", source.examples("train", length, sample=BUDGET_TRAIN_EXAMPLES))
