@@ -98,8 +98,8 @@ def introduction(export_options=None, tasks=tuple(DEMO_TASKS), model=None,
     keras-attn demo: fine-tune MiniLM-L6 on the embedded sample data (named entities),
     quantize to int8 (ranges calibrated on up to 512 training examples drawn at random, no
     fine-tuning; residual sums and LayerNorm internals float; the 4 widest feed-forward
-    channels of each block float; the most sensitive ops float until at most 0.5 points are
-    lost on held-out examples), export every artifact
+    channels of each block float; the most sensitive ops float until at most 0.5 points (or
+    one example, if more) are lost on held-out examples), export every artifact
       output: runs/demo; re-running reuses finished steps
     """
     options = export_options or ExportOptions()

@@ -35,9 +35,15 @@ def test_flags_and_dicts_round_trip(recipe):
 
 
 def test_the_default_budget_and_no_budget():
-    # The default checks the recipe against a 0.5-point budget; `none` turns it off, and
-    # the all-int8 recipe has none (its residual stream has no float ops to move).
-    assert QuantizationRecipe().max_accuracy_drop == 0.5 == parse().max_accuracy_drop
+    # The default checks the recipe against a 0.5-point budget, or one held-out example
+    # when that is more; `none` turns it off, and the all-int8 recipe has none (its residual
+    # stream has no float ops to move).
+    assert QuantizationRecipe().max_accuracy_drop == "default" == parse().max_accuracy_drop
+    assert QuantizationRecipe().budget_points(872) == 0.5
+    assert QuantizationRecipe().budget_points(200) == 0.5
+    assert QuantizationRecipe().budget_points(34) == pytest.approx(100 / 34)
+    assert QuantizationRecipe(max_accuracy_drop=0.5).budget_points(34) == 0.5
+    assert QuantizationRecipe(max_accuracy_drop=None).budget_points(34) is None
     assert parse("--max-accuracy-drop", "none").max_accuracy_drop is None
     assert parse("--max-accuracy-drop", "None").max_accuracy_drop is None
     assert parse("--max-accuracy-drop", "0").max_accuracy_drop == 0.0
@@ -45,7 +51,9 @@ def test_the_default_budget_and_no_budget():
     assert QuantizationRecipe(float_residual=False,
                               feedforward_float_channels=0).max_accuracy_drop is None
     assert parse("--all-int8") == QuantizationRecipe.all_int8()
-    assert "until at most 0.5 points are lost" in QuantizationRecipe().describe()
+    assert "until at most 0.5 points (or one example, if more) are lost" in \
+        QuantizationRecipe().describe()
+    assert "until at most 1 points are lost" in QuantizationRecipe(max_accuracy_drop=1).describe()
     assert "points are lost" not in QuantizationRecipe(max_accuracy_drop=None).describe()
     # A recipe recorded before budgets existed searched none.
     legacy = {k: v for k, v in QuantizationRecipe().to_dict().items()

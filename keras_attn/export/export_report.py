@@ -113,7 +113,9 @@ def budget_markdown(budget):
     met = "within" if budget["within_budget"] else "NOT within"
     lines = ["", "## int8 accuracy budget", "",
              f"At most {budget['max_accuracy_drop']:g} points below float "
-             f"({budget['float_metric']:.2f}) on {budget['examples']:,} {budget['split']} "
+             + ("(the default: 0.5 points or one example, whichever is more) "
+                if budget.get("default_budget") else "")
+             + f"({budget['float_metric']:.2f}) on {budget['examples']:,} {budget['split']} "
              f"examples; the most sensitive ops moved to float one at a time "
              f"(`keras_attn.quantization.quantization_budget`). Result: {met} the budget, "
              f"{len(budget['float_ops'])} op(s) float: "

@@ -160,13 +160,15 @@ def _within_budget(source, qat, recipe, length, batches, log):
             qat, batches[:max(1, SENSITIVITY_EXAMPLES // CALIBRATION_BATCH)]))
         return rows
 
-    log(f"int8 budget: at most {recipe.max_accuracy_drop:g} points below float on "
-        f"{len(examples)} {split} examples")
+    points = recipe.budget_points(len(examples))
+    log(f"int8 budget: at most {points:g} points below float on {len(examples)} {split} "
+        "examples")
     chosen, record = quantization_budget(
         qat, sensitivity, held_out_score(examples, length, source.labels(), tagger, crf),
-        recipe.max_accuracy_drop, log=lambda message: log("  " + message))
-    return chosen, {"quantization_budget": {**record, "split": split,
-                                            "examples": len(examples), "sensitivity": rows}}
+        points, log=lambda message: log("  " + message))
+    return chosen, {"quantization_budget": {
+        **record, "split": split, "examples": len(examples), "sensitivity": rows,
+        "default_budget": recipe.max_accuracy_drop == "default"}}
 
 
 def _held_out(source, recipe, length):
