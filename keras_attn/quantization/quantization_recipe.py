@@ -126,12 +126,14 @@ class QuantizationRecipe:
 
         Example:
         >>> QuantizationRecipe().budget_points(872), QuantizationRecipe().budget_points(34)
-        (0.5, 2.9411764705882355)
+        (0.5, 2.9412)
         >>> QuantizationRecipe(max_accuracy_drop=0).budget_points(34)
         0
         """
         if self.max_accuracy_drop == "default":
-            return max(DEFAULT_MAX_ACCURACY_DROP, 100 / max(examples, 1))
+            # Rounded as the search's drops are (4 decimals): one example's drop, 100 / n,
+            # is then within it, not a rounding above it.
+            return round(max(DEFAULT_MAX_ACCURACY_DROP, 100 / max(examples, 1)), 4)
         return self.max_accuracy_drop
 
     @classmethod
