@@ -135,22 +135,7 @@ class QatBert(ModelConfig, keras.Model):
                  decay=0.999, attention_mask_margin=12.0, masked_score=-1e9,
                  float_residual=False, feedforward_float_channels=0, use_crf=False,
                  float_ops=(), **kwargs):
-        check_transformer_sizes(vocabulary_size, num_layers, num_heads, hidden_dim,
-                                intermediate_dim)
-        check_positive_int("num_outputs", num_outputs)
-        if head not in HEADS:
-            raise ValueError(f"`head` must be one of {HEADS}. Received: head={head!r}")
-        check_rate("dropout", dropout)
-        check_rate("output_dropout", output_dropout)
-        check_weight_quantization(weight_quantization)
-        check_bool("quantize", quantize)
-        check_bool("float_residual", float_residual)
-        check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
-                                         float_residual)
-        check_bool("use_crf", use_crf)
-        if use_crf and head != "token_classification":
-            raise ValueError("`use_crf` decodes token tags: it needs "
-                             f"head='token_classification'. Received: head={head!r}")
+        _check_arguments(locals())
         if not isinstance(activation, str):
             activation = serialize_activation(activation)
         float_ops = check_float_ops(float_ops, quantization_ops(num_layers, head))
@@ -480,6 +465,27 @@ def _int8_ops(float_ops, quantize, num_layers, head):
     consumers = [f"transformer_layer_{i}/qkv" for i in range(num_layers)] + [
         "pooled_dense" if head == "classification" else "logits"]
     return int8, consumers
+
+
+def _check_arguments(a):
+    """`QatBert.__init__`'s argument checks (`a`: its arguments by name)."""
+    check_transformer_sizes(a["vocabulary_size"], a["num_layers"], a["num_heads"],
+                            a["hidden_dim"], a["intermediate_dim"])
+    check_positive_int("num_outputs", a["num_outputs"])
+    head = a["head"]
+    if head not in HEADS:
+        raise ValueError(f"`head` must be one of {HEADS}. Received: head={head!r}")
+    check_rate("dropout", a["dropout"])
+    check_rate("output_dropout", a["output_dropout"])
+    check_weight_quantization(a["weight_quantization"])
+    check_bool("quantize", a["quantize"])
+    check_bool("float_residual", a["float_residual"])
+    check_feedforward_float_channels(a["feedforward_float_channels"], a["intermediate_dim"],
+                                     a["float_residual"])
+    check_bool("use_crf", a["use_crf"])
+    if a["use_crf"] and head != "token_classification":
+        raise ValueError("`use_crf` decodes token tags: it needs "
+                         f"head='token_classification'. Received: head={head!r}")
 
 
 def _encode(blocks, x, padding_mask, classify):
