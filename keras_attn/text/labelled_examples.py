@@ -134,9 +134,12 @@ def calibration_sample(examples, count):
     training examples calibrate")."""
     if count >= len(examples):
         return list(examples)
-    picked = np.random.default_rng(CALIBRATION_SEED).choice(len(examples), count,
-                                                             replace=False)
-    return [examples[i] for i in np.sort(picked)]
+    return [examples[i] for i in np.sort(_sample_indices(len(examples), count))]
+
+
+def _sample_indices(total, count):
+    """The indices `calibration_sample` picks: `count` of `range(total)`, seeded."""
+    return np.random.default_rng(CALIBRATION_SEED).choice(total, count, replace=False)
 
 
 def not_in_sample(examples, count):
@@ -144,8 +147,7 @@ def not_in_sample(examples, count):
     held out from calibration (none when it took them all)."""
     if count >= len(examples):
         return []
-    picked = set(np.random.default_rng(CALIBRATION_SEED).choice(len(examples), count,
-                                                                replace=False).tolist())
+    picked = set(_sample_indices(len(examples), count).tolist())
     return [example for i, example in enumerate(examples) if i not in picked]
 
 
