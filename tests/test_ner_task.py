@@ -327,21 +327,31 @@ def test_words_cut_by_max_length_are_counted_per_file(tmp_path):
 @pytest.mark.parametrize("token, names", [
     ("\u00a0", "U+00A0 NO-BREAK SPACE"),
     ("\u200b", "U+200B ZERO WIDTH SPACE"),
+    ("\ufe0f", "U+FE0F VARIATION SELECTOR-16"),
     ("\u00ad\ufeff", "U+00AD SOFT HYPHEN, U+FEFF ZERO WIDTH NO-BREAK SPACE"),
-], ids=["no_break_space", "zero_width_space", "soft_hyphen_and_bom"])
+], ids=["no_break_space", "zero_width_space", "variation_selector_16", "soft_hyphen_and_bom"])
 @pytest.mark.parametrize("split", ["train", "dev"])
-def test_a_token_without_word_pieces_names_file_and_line(tmp_path, token, names, split):
-    """A token of characters the tokenizer drops got no piece: it was tagged `O` unseen and
-    only counted in a metric (CoNLL columns split on ASCII whitespace, so U+00A0 stays)."""
+def test_a_token_without_word_pieces_is_unknown_and_noticed(tmp_path, token, names, split):
+    """A token of characters the tokenizer drops got no piece: it used to be tagged `O`
+    unseen, then stopped the run; it is now `[UNK]` with its tag, and one notice names its
+    `file:line` (CoNLL columns split on ASCII whitespace, so U+00A0 stays a token)."""
     sentences = toy_sentences(8, seed=5)
-    bad = [(["the", "friend", token, "paris"], ["O", "O", "O", "B-LOC"])]
+    bad = [(["the", "friend", token, "paris"], ["O", "O", "B-LOC", "B-LOC"])]
     train_file, train_lines = write_conll(tmp_path / "train.txt",
                                           sentences + (bad if split == "train" else []))
     dev_file, dev_lines = write_conll(tmp_path / "dev.txt",
                                       sentences[:2] + (bad if split == "dev" else []))
     path, line = (train_file, train_lines[-1][2]) if split == "train" else \
         (dev_file, dev_lines[-1][2])
-    task = NerTask(make_config(tmp_path, train_file, dev_file), tmp_path / "run")
-    where = re.escape(f"{path}:{line}: the token {token!r} ({names}) yields no word piece: ")
-    with pytest.raises(DataError, match=rf"^{where}.*Replace it"):
-        task.prepare()
+    lines = []
+    task = NerTask(make_config(tmp_path, train_file, dev_file), tmp_path / "run",
+                   log=lines.append)
+    task.prepare()
+    notices = [text for text in lines if "no word piece" in text]
+    assert len(notices) == 1 and notices[0].startswith(f"{path}: 1 token yields no word piece")
+    assert notices[0].endswith(f"scored: {path}:{line} {token!r} ({names})")
+    example = (task.train_examples if split == "train" else task.dev_examples)[-1]
+    vocab = {token: index for index, token in enumerate(VOCAB)}
+    assert example["token_ids"].tolist() == [vocab[t] for t in (
+        "[CLS]", "the", "friend", "[UNK]", "paris", "[SEP]")]
+    assert [TAGS[i] for i in example["labels"][1:-1]] == ["O", "O", "B-LOC", "B-LOC"]

@@ -20,6 +20,7 @@ from keras_attn.text.ner import entity_scores
 ENCODE_CHUNK = 1024
 CALIBRATION_SEED = 0
 CALIBRATION_BATCH = 8  # examples per batch of calibration data
+NOTICE_EXAMPLES = 5  # `file:line`s named in a notice about tokens without a word piece
 
 
 def encode_texts(examples, tokenizer, labels, path, log):
@@ -57,27 +58,36 @@ def encode_texts(examples, tokenizer, labels, path, log):
 
 
 def encode_sentences(sentences, tokenizer, labels, path, log):
-    """CoNLL sentences as dicts of `token_ids`, `labels`, `word_ids` and the gold `tags`.
+    """CoNLL sentences as dicts of `token_ids`, `labels`, `word_ids`, the gold `tags` and
+    `words_without_pieces` (how many of its words became `[UNK]`, below).
+
+    A token the tokenizer turns into no word piece (only whitespace, control or format
+    characters, e.g. U+00A0, U+200B or U+FE0F) is kept as the tokenizer's unknown token: its
+    tag stays on its word, is trained and is scored. Such tokens are neither dropped nor an
+    error; `log` receives one notice per file with their count and first `file:line`s
+    (`_no_piece_notice`).
 
     Args:
         sentences: `ConllReader` sentences.
         tokenizer: the `WordPieceTokenizer` (its `sequence_length` cuts long sentences).
         labels: the `LabelVocabulary` of the tags (an unknown tag is a `file:line` error).
         path: the file they were read from, for messages.
-        log: callable receiving the truncation note.
+        log: callable receiving the truncation note and the no-piece notice.
     """
-    encoded, truncated_words = [], 0
+    encoded, truncated_words, without_pieces = [], 0, []
     for start in range(0, len(sentences), ENCODE_CHUNK):
         chunk = sentences[start: start + ENCODE_CHUNK]
         # A sentence's words are on consecutive lines from `s.line`.
         label_ids = [[labels.id(tag, path, s.line + offset) for offset, tag in enumerate(s.tags)]
                      for s in chunk]
         pieces = tokenizer.tokenize_words([list(s.tokens) for s in chunk])
-        _check_words_have_pieces(chunk, pieces.row_lengths(axis=2).to_list(), path)
+        empty = _words_without_pieces(chunk, pieces.row_lengths(axis=2).to_list())
+        without_pieces += [word for words in empty for word in words]
         out = align_word_labels(
             pieces, tf.ragged.constant(label_ids, dtype=tf.int32),
-            cls_token_id=tokenizer.cls_token_id,
-            sep_token_id=tokenizer.sep_token_id, sequence_length=tokenizer.sequence_length)
+            cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+            sequence_length=tokenizer.sequence_length,
+            unknown_token_id=tokenizer.unknown_token_id)
         truncated_words += int(out["num_truncated_words"].numpy().sum())
         token_ids, word_labels = out["token_ids"].to_list(), out["labels"].to_list()
         word_ids = out["word_ids"].to_list()
@@ -85,11 +95,41 @@ def encode_sentences(sentences, tokenizer, labels, path, log):
             encoded.append({"token_ids": np.asarray(token_ids[row], "int32"),
                             "labels": np.asarray(word_labels[row], "int32"),
                             "word_ids": np.asarray(word_ids[row], "int32"),
-                            "tags": list(sentence.tags)})
+                            "tags": list(sentence.tags),
+                            "words_without_pieces": len(empty[row])})
+    if without_pieces:
+        log(_no_piece_notice(path, without_pieces, tokenizer.unknown_token))
     if truncated_words:
         log(f"{path}: {truncated_words} words cut by max_length={tokenizer.sequence_length} "
             "(they count as 'O' predictions)")
     return encoded
+
+
+def _no_piece_notice(path, words, unknown_token):
+    """The one notice about the tokens of a file that yield no word piece.
+
+    Args:
+        path: the file.
+        words: list of `(line, token)` of those tokens, in file order.
+        unknown_token: str, what they are kept as (`"[UNK]"`).
+
+    Returns:
+        str: their count, what happens to them, the first `NOTICE_EXAMPLES` as
+        `file:line token (character names)` and how many more.
+
+    Example:
+    >>> print(_no_piece_notice("dev.txt", [(7, "\\xa0")], "[UNK]"))  # doctest: +ELLIPSIS
+    dev.txt: 1 token yields no word piece ... dev.txt:7 '\\xa0' (U+00A0 NO-BREAK SPACE)
+    """
+    shown = ", ".join(f"{path}:{line} {token!r} ({character_names(token)})"
+                      for line, token in words[:NOTICE_EXAMPLES])
+    more = len(words) - NOTICE_EXAMPLES
+    count = "1 token yields" if len(words) == 1 else f"{len(words)} tokens yield"
+    return (f"{path}: {count} no word piece (the tokenizer drops all their characters: "
+            "whitespace, control and format characters, and combining marks when it strips "
+            f"accents); each is kept as {unknown_token}, so its tag is trained and scored: "
+            + shown
+            + (f" and {more} more" if more > 0 else ""))
 
 
 def _check_texts_have_pieces(examples, column, tokenizer, path):
@@ -108,20 +148,11 @@ def _check_texts_have_pieces(examples, column, tokenizer, path):
                 "text, or remove the row")
 
 
-def _check_words_have_pieces(sentences, piece_counts, path):
-    """A token the tokenizer turns into no word piece (only whitespace, control or format
-    characters such as U+00A0 or U+200B) would be tagged without the model seeing it: a
-    `DataError` at its line."""
-    for sentence, counts in zip(sentences, piece_counts):
-        for offset, count in enumerate(counts):
-            if count == 0:
-                token = sentence.tokens[offset]
-                raise DataError(
-                    path, sentence.line + offset,
-                    f"the token {token!r} ({character_names(token)}) yields no word piece: "
-                    "the tokenizer drops all its characters (whitespace, control and format "
-                    "characters), so the model would never see the word it is tagged for. "
-                    "Replace it with the visible text it stands for, or delete the line")
+def _words_without_pieces(sentences, piece_counts):
+    """For each sentence, `(line, token)` of its tokens that yield no word piece."""
+    return [[(sentence.line + offset, sentence.tokens[offset])
+             for offset, count in enumerate(counts) if count == 0]
+            for sentence, counts in zip(sentences, piece_counts)]
 
 
 def calibration_sample(examples, count):
@@ -177,8 +208,10 @@ def score_texts(examples, outputs):
 
 def score_sentences(examples, outputs, labels):
     """Strict entity F1 of per-example outputs: `(S, C)` logits (first-subword argmax) or,
-    from a CRF model, dicts with the Viterbi `tags`."""
-    gold, predicted, filled = [], [], 0
+    from a CRF model, dicts with the Viterbi `tags`; with the counts of words cut by the
+    length (`words_without_prediction`, tagged `"O"`) and of words scored as `[UNK]`
+    (`words_without_pieces`)."""
+    gold, predicted, filled, unknown = [], [], 0, 0
     for example, output in zip(examples, outputs):
         scores = output["tags"] if isinstance(output, dict) else output
         n = len(example["token_ids"])
@@ -186,9 +219,11 @@ def score_sentences(examples, outputs, labels):
                                               example["word_ids"][None],
                                               [len(example["tags"])], labels)
         filled += num_filled
+        unknown += example.get("words_without_pieces", 0)
         gold.append(example["tags"])
         predicted.append(tags[0])
     scores = entity_scores(gold, predicted)
     return {"f1": scores["f1"], "precision": scores["precision"], "recall": scores["recall"],
             "sentences": len(examples), "words_without_prediction": filled,
+            "words_without_pieces": unknown,
             "per_type_f1": {k: v["f1"] for k, v in scores["per_type"].items()}}

@@ -45,6 +45,7 @@ def align_word_labels(
     sep_token_id,
     sequence_length=None,
     ignore_label=IGNORE_LABEL,
+    unknown_token_id=None,
 ):
     """Flattens per-word subwords into `[CLS] pieces [SEP]` with first-subword labels.
 
@@ -60,6 +61,10 @@ def align_word_labels(
             sentences lose their last subwords (the `[SEP]` stays) and the words whose first
             subword is cut are counted in `num_truncated_words`. `None` keeps everything.
         ignore_label: int. Label of non-first subwords and specials. Defaults to `-100`.
+        unknown_token_id: int or `None`. A word without subwords (made only of characters
+            the tokenizer drops, e.g. U+00A0 or U+200B) gets this id (`[UNK]`) as its one
+            subword, so its label has a position and is trained and predicted there. `None`
+            (the default) gives it no position: no prediction, `decode_word_labels` fills it.
 
     Returns:
         dict of `tf.RaggedTensor` (B, None), one value per subword:
@@ -69,8 +74,9 @@ def align_word_labels(
         - `labels` (only with `word_labels`): the word's label at its first subword,
           `ignore_label` elsewhere;
         and two (B,) int32 counts: `num_truncated_words` (words dropped by `sequence_length`) and
-        `num_words_without_pieces` (words the tokenizer turned into no subword: they get no
-        position, so no prediction; `decode_word_labels` fills them).
+        `num_words_without_pieces` (words the tokenizer turned into no subword: without
+        `unknown_token_id` they get no position, so no prediction; `decode_word_labels`
+        fills them).
 
     Example:
     >>> pieces = tf.ragged.constant([[[7], [8, 9]], [[5, 6, 4]]], ragged_rank=2)
@@ -84,11 +90,18 @@ def align_word_labels(
     [[-1, 0, 1, 1, -1], [-1, 0, 0, 0, -1]]
     """
     _check_alignment_arguments(word_piece_ids, sequence_length)
+    check_int("unknown_token_id", unknown_token_id, low=0, optional=True)
     pieces = word_piece_ids
     dtype = pieces.dtype
     batch_size = pieces.nrows(out_type=tf.int32)
-    words = pieces.values  # (total_words, None) subwords of each word
     word_row = tf.cast(pieces.value_rowids(), tf.int32)  # (total_words,) sentence of each word
+    without_pieces = tf.cast(pieces.values.row_lengths() == 0, tf.int32)  # (total_words,)
+    num_words_without_pieces = tf.math.unsorted_segment_sum(
+        without_pieces, word_row, batch_size
+    )  # (B,)
+    if unknown_token_id is not None:
+        pieces = _fill_empty_words(pieces, unknown_token_id)
+    words = pieces.values  # (total_words, None) subwords of each word
     total_words = tf.shape(word_row)[0]
     word_in_sentence = tf.range(total_words) - tf.gather(
         tf.cast(pieces.row_starts(), tf.int32), word_row
@@ -113,9 +126,6 @@ def align_word_labels(
         )  # (B, None)
 
     pieces_per_word = tf.cast(words.row_lengths(), tf.int32)  # (total_words,)
-    num_words_without_pieces = tf.math.unsorted_segment_sum(
-        tf.cast(pieces_per_word == 0, tf.int32), word_row, batch_size
-    )  # (B,)
     num_truncated_words = tf.zeros([batch_size], tf.int32)
     if sequence_length is not None:
         body_length = sequence_length - 2
@@ -176,6 +186,17 @@ def _flat_word_labels(word_labels, pieces):
         "`word_piece_ids`; pass a RaggedTensor for sentences of different lengths.",
     )
     return tf.cast(tf.reshape(word_labels, [-1]), tf.int32)  # (B * W,) == (total_words,)
+
+
+def _fill_empty_words(pieces, token_id):
+    """`pieces` (B, W, None) with `[token_id]` as the subwords of each word that has none."""
+    words = pieces.values  # (total_words, None)
+    empty = tf.equal(words.row_lengths(), 0)  # (total_words,)
+    filler = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(tf.cast(empty, tf.int32))], tf.cast(token_id, words.dtype)),
+        tf.cast(empty, words.row_splits.dtype),
+    )  # (total_words, None): one id in each empty word, nothing elsewhere
+    return pieces.with_values(tf.concat([words, filler], axis=1))
 
 
 def _wrap(body, first, last, dtype):
