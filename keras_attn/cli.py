@@ -9,6 +9,7 @@ per command would save nothing a user notices.
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -31,6 +32,7 @@ from keras_attn.inference.rest_api import RestApi
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs.overwrite_guard import check_export_output
+from keras_attn.runs.run_lock import run_lock
 from keras_attn.text.batching import PREDICT_BATCH_SIZE
 from keras_attn.text.text_lines import decode_lines
 from keras_attn.text.text_lines import read_lines
@@ -142,8 +144,10 @@ def _export(args):
         text_tflite=not args.no_text_tflite, golden_examples=args.golden_examples,
         length_buckets=not args.no_length_buckets, smallest_bucket=args.smallest_bucket)
     _say(f"keras-attn export {args.run_dir} -> {output_dir}")
-    check_export_output(output_dir, args.run_dir, args.overwrite, log=_say)
-    report = export_run(args.run_dir, output_dir, options, log=_say)
+    # Held before --overwrite empties the directory (export_run holds it again).
+    with run_lock(writes=[output_dir], reads=[p for p in (args.run_dir, args.qat_run) if p]):
+        check_export_output(output_dir, args.run_dir, args.overwrite, log=_say)
+        report = export_run(args.run_dir, output_dir, options, log=_say)
     _say()
     _say("== artifacts")
     for row in report["artifacts"]:
@@ -551,10 +555,27 @@ def _positive_int(text):
     return value
 
 
+def _notes_on_stderr(command):
+    """The stages' notes on the `keras_attn.runs.run_lock` logger (a lock taken over from a
+    killed process) as `keras-attn CMD: note: ...` lines on stderr."""
+    handler = _StderrLines()
+    handler.setFormatter(logging.Formatter(f"keras-attn {command}: note: %(message)s"))
+    notes = logging.getLogger(run_lock.__module__)
+    notes.handlers, notes.propagate = [handler], False
+
+
+class _StderrLines(logging.Handler):
+    """Writes each record as a line to `sys.stderr` as it is when the record comes."""
+
+    def emit(self, record):
+        sys.stderr.write(self.format(record) + "\n")
+
+
 def main(argv=None):
     """Runs one command; a `USER_ERRORS` error is printed as `keras-attn CMD: error: ...`
     (its message says what, where and how to fix it) and exits with status 2."""
     args = build_parser().parse_args(argv)
+    _notes_on_stderr(args.command)
     try:
         return args.handler(args)
     except USER_ERRORS as error:

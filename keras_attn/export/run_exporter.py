@@ -54,6 +54,7 @@ from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
+from keras_attn.runs.run_lock import run_lock
 from keras_attn.text.hard_cases import HARD_CASES
 from keras_attn.text.labelled_examples import CALIBRATION_BATCH
 from keras_attn.text.labelled_examples import id_inputs
@@ -431,5 +432,8 @@ def _machine():
 
 
 def export_run(run_dir, output_dir, options=None, log=None):
-    """Exports a trained run; see `RunExporter`. Returns the report dict."""
-    return RunExporter(run_dir, output_dir, options, log).run()
+    """Exports a trained run; see `RunExporter`. Returns the report dict. The export
+    directory is held for writing, the run (and a `--qat-run`) for reading (`run_lock`)."""
+    qat_run = options.qat_run if options is not None else None
+    with run_lock(writes=[output_dir], reads=[run_dir] + ([qat_run] if qat_run else [])):
+        return RunExporter(run_dir, output_dir, options, log).run()

@@ -23,6 +23,7 @@ from keras_attn.quantization.quantization_sensitivity import quantization_sensit
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.runs.run_directory import lineage_of
+from keras_attn.runs.run_lock import run_lock
 from keras_attn.text.labelled_examples import CALIBRATION_BATCH
 from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.training.config import ConfigError
@@ -51,6 +52,12 @@ def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=Non
     Returns:
         The `RunDirectory` of the QAT run.
     """
+    # One writer per directory (`run_lock`): the QAT run is written, the float run read.
+    with run_lock(writes=[output_dir], reads=[run_dir]):
+        return _quantize(run_dir, output_dir, recipe, sequence_length, log)
+
+
+def _quantize(run_dir, output_dir, recipe, sequence_length, log):
     recipe = recipe or QuantizationRecipe()
     log = log or (lambda message: None)
     source, output = RunDirectory(run_dir), RunDirectory(output_dir)

@@ -16,6 +16,7 @@ import shutil
 
 from keras_attn.errors import KerasAttnError
 from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_lock import LOCK_FILE
 from keras_attn.training.config import ConfigError
 
 # Settings that may change when a run is resumed: where and how fast it runs, what it logs,
@@ -140,6 +141,8 @@ def check_export_output(directory, run_dir, overwrite=False, log=None):
     wanted = {"source_run": str(pathlib.Path(run_dir).resolve())}
     if overwrite and recorded is not None and recorded != wanted:
         for path in directory.iterdir():
+            if path.name.startswith(LOCK_FILE):
+                continue  # the lock this export holds (`run_lock`)
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
         (log or print)(f"--overwrite: removed the export of {recorded['source_run']} in "
                        f"{directory}")

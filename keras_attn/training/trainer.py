@@ -18,6 +18,7 @@ from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.runs.overwrite_guard import check_train_output
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import lineage_of
+from keras_attn.runs.run_lock import run_lock
 from keras_attn.training.config import ConfigError
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.progress_reporter import ProgressReporter
@@ -257,7 +258,10 @@ class Trainer:
         # trained model keeps the policy it was built with).
         previous_policy = keras.config.dtype_policy()
         try:
-            return self._run()
+            # The chief writes the run directory and holds it while it runs (a second
+            # process writing it is refused); the other workers of its job write nothing there.
+            with run_lock(writes=[self.output_dir] if self.chief else []):
+                return self._run()
         finally:
             keras.config.set_dtype_policy(previous_policy)
 
