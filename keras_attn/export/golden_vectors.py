@@ -39,9 +39,6 @@ from keras_attn.training.task_registry import check_deployable
 from keras_attn.training.task_registry import task_spec
 
 CARD_FORMAT = "keras-attn model card 1"
-# tf-text's FastBertTokenizer turns a word longer than this many UTF-8 bytes (after
-# normalization) into one unknown token (`keras_attn.text.tokenizer.MAX_BYTES_PER_WORD`).
-MAX_WORD_BYTES = 100
 CRF_DECIMALS = 6
 LOGIT_DECIMALS = 5
 PROBABILITY_DECIMALS = 6
@@ -126,9 +123,9 @@ def model_card(task, labels, sequence_length, tokenizer, lowercase, metric=None,
             "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id,
             "pad_token_id": tokenizer.pad_token_id,
             "unknown_token_id": tokenizer.unknown_token_id,
-            # Kept for readers of earlier cards; the limit tf-text applies is in bytes.
-            "max_word_characters": MAX_WORD_BYTES,
-            "max_word_bytes": MAX_WORD_BYTES,
+            # BERT's limit: a longer normalized word is one unknown token. Cards written
+            # before the tokenizer followed HF also held "max_word_bytes" (tf-text's limit).
+            "max_word_characters": MAX_CHARS_PER_WORD,
             "offsets": "code points",
         },
         "words": "BERT basic tokenization: whitespace, each punctuation character and "

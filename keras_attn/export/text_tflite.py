@@ -28,6 +28,14 @@ Signature `serving_default`, input `text`, outputs:
   into entity spans.
   Custom ops: `TAGGING_CUSTOM_OPS`.
 
+Tokenizer. TFLite runs only builtin and tf-text ops, so the graph holds tf-text's fused
+`FastBertTokenizer` kernels (NFKC case folding) and not `WordPieceTokenizer`'s BERT tables:
+ids and offsets equal `WordPieceTokenizer` (and HF `tokenizers`) on text made only of the
+characters of `keras_attn.text.tokenizer.FUSED_SAFE_UNCASED` (ASCII, Latin-1 and Latin
+Extended-A letters, Vietnamese; `FUSED_SAFE_CASED` for cased models), and differ elsewhere
+as docs/text.md lists ("…" three "." pieces, "ß" -> "ss", words over 100 bytes). The ids-in
+files, the SavedModel and the phone and web tokenizers have no such difference.
+
 Words. The graph tokenizes the whole text with tf-text's `FastBertTokenizer` and numbers words
 by their pieces (a piece not starting with `##` starts a word). The Python NER path
 (`keras_attn.text.entity_prediction`) and the SavedModel cut words by BERT's rules first
@@ -71,6 +79,7 @@ from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_spans
 from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.ner import repair_iob2
+from keras_attn.text.tokenizer import MAX_CHARS_PER_WORD
 from keras_attn.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
@@ -153,8 +162,19 @@ def _packed_inputs(tokenizer, pieces):
     return inputs, count
 
 
+def _fused_bert(tokenizer):
+    """tf-text's fused BERT kernels for the tokenizer's vocabulary and mode (see "Words")."""
+    return tf_text.FastBertTokenizer(
+        vocab=tokenizer.get_vocabulary(),
+        token_out_type=tf.int32,
+        unknown_token=tokenizer.unknown_token,
+        max_bytes_per_word=MAX_CHARS_PER_WORD,
+        lower_case_nfd_strip_accents=tokenizer.lowercase,
+    )
+
+
 def _classification_function(model, tokenizer):
-    fast_bert = tokenizer._fast_bert  # the kernels, without the ragged Python wrappers
+    fast_bert = _fused_bert(tokenizer)  # the kernels, without the ragged Python wrappers
 
     def serve(text):
         normalized = fast_bert._fast_bert_normalizer.normalize(text)  # (1,)
@@ -171,7 +191,7 @@ def _classification_function(model, tokenizer):
 
 
 def _tagging_function(model, tokenizer):
-    fast_bert = tokenizer._fast_bert
+    fast_bert = _fused_bert(tokenizer)
     length = tokenizer.sequence_length
     # The CRF's Viterbi decoding stays outside the graph: only the emissions are computed.
     logits_layer = model.get_layer("logits")

@@ -1,8 +1,9 @@
-"""BERT WordPiece tokenizer on tensorflow-text's fused `FastBertTokenizer` kernels.
+"""BERT WordPiece tokenizer: BERT's normalizer and pre-tokenizer as table lookups in TensorFlow
+ops (`bert_words`), then tensorflow-text's `FastWordpieceTokenizer` on each word.
 
-One tokenizer serves training (`tf.data`), the exported SavedModel / TFLite graph
-(tf-text custom ops `FastBertNormalize` and `FastWordpieceTokenizeWithOffsets`) and is the
-specification the phone's Kotlin tokenizer re-implements; `docs` lists every step.
+One tokenizer serves training (`tf.data`) and the exported SavedModel, and is the
+specification the Kotlin and JS tokenizers re-implement with the same tables; ids and offsets
+equal HF `tokenizers`' BERT tokenizer on any text (docs/text.md).
 """
 
 import os
@@ -13,26 +14,47 @@ import tensorflow_text as tf_text
 
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_int
+from keras_attn.text.bert_words import bert_words
 from keras_attn.text.vocabulary import check_vocabulary
 from keras_attn.text.vocabulary import load_vocabulary
 
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
 
-# tf-text's word-length limit, in UTF-8 bytes of the normalized word: a longer word becomes
-# one unknown token (HF's BERT limit is 100 characters, see the parity notes in the docs).
-MAX_BYTES_PER_WORD = 100
+# BERT's word-length limit (HF `max_input_chars_per_word`), in characters of the normalized
+# word: a longer word becomes one unknown token.
+MAX_CHARS_PER_WORD = 100
+# Room for tf-text's byte limit: at most 4 UTF-8 bytes a character.
+_MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD
+# What a word over the limit is replaced with before WordPiece (one character, so one piece,
+# made the unknown token afterwards): a private-use character, which normalization removes,
+# so no word of a text holds it.
+_LONG_WORD = "\U0010fffd"
+# Characters each of which tf-text's fused BERT normalizer maps to the same single printable
+# ASCII character (or space) as BERT's: text made only of them takes the fused kernels (one
+# op instead of the table lookups), and its normalized text has one byte per character, so
+# the kernels' byte offsets are code-point offsets. Checked on each code point by
+# tests/test_tokenizer_parity.py.
+FUSED_SAFE_UNCASED = (
+    r"\t\n\r -~\x{a0}\x{c0}-\x{c5}\x{c7}-\x{cf}\x{d1}-\x{d6}\x{d9}-\x{dd}\x{e0}-\x{e5}"
+    r"\x{e7}-\x{ef}\x{f1}-\x{f6}\x{f9}-\x{fd}\x{ff}-\x{10f}\x{112}-\x{125}\x{128}-\x{130}"
+    r"\x{134}-\x{137}\x{139}-\x{13e}\x{143}-\x{148}\x{14c}-\x{151}\x{154}-\x{165}"
+    r"\x{168}-\x{17e}\x{1e00}-\x{1e99}\x{1ea0}-\x{1ef9}\x{2000}-\x{200a}\x{3000}"
+)
+FUSED_SAFE_CASED = r"\t\n\r -~"
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class WordPieceTokenizer(keras.layers.Layer):
     """BERT WordPiece tokenizer and `[CLS] A [SEP] B [SEP]` packer (Devlin et al., 2019).
 
-    Text is normalized (control characters removed, whitespace unified, optionally
-    lower-cased and NFD-decomposed with combining marks removed), split on whitespace,
-    punctuation and around CJK ideographs, and each word is split greedily into the longest
-    vocabulary pieces from the left (`##` marks a continuation); a word with no
-    spelling, or longer than 100 bytes, becomes `unknown_token`. Ids equal HF `tokenizers`'
-    BERT tokenizer except for the few documented normalization differences.
+    Text is normalized character by character (control and private-use characters removed,
+    whitespace unified, optionally NFD-decomposed with nonspacing marks removed and
+    lower-cased), split on whitespace, punctuation and around CJK ideographs (`bert_words`),
+    and each word is split greedily into the longest vocabulary pieces from the left (`##`
+    marks a continuation); a word with no spelling, or longer than 100 characters, becomes
+    `unknown_token`. Ids and offsets equal HF `tokenizers`' BERT tokenizer
+    (`BertWordPieceTokenizer`) on any text: the normalizer's answers for every code point
+    are tables measured from it (`text_tables`).
 
     The vocabulary is stored in the layer config, so a saved `.keras` model or an exported
     SavedModel needs no `vocab.txt` beside it.
@@ -41,7 +63,7 @@ class WordPieceTokenizer(keras.layers.Layer):
         vocabulary: path to a BERT `vocab.txt` (one token per line, line = id) or a list
             of tokens.
         lowercase: bool. Lower-case the text (BERT "uncased"). Defaults to `True`.
-        strip_accents: bool or `None`. NFD-decompose and drop combining marks (Unicode
+        strip_accents: bool or `None`. NFD-decompose and drop nonspacing marks (Unicode
             category Mn). `None` follows `lowercase`, as BERT does.
         sequence_length: int >= 2, length of the packed `token_ids` (3 for pairs).
             Defaults to `128`.
@@ -144,17 +166,25 @@ class WordPieceTokenizer(keras.layers.Layer):
         self.mask_token = mask_token
         self._token_to_id = {token: index for index, token in enumerate(tokens)}
 
-        # BERT uncased (lowercase + strip accents) and cased (neither) are what the fused
-        # normalizer does; the two mixed settings run the missing step as a TF op first.
-        self._fused_normalization = self.lowercase == self.strip_accents
-        self._fast_bert = tf_text.FastBertTokenizer(
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=tokens,
+            suffix_indicator="##",
+            max_bytes_per_word=_MAX_BYTES_PER_WORD,
             token_out_type=tf.int32,
             unknown_token=unknown_token,
-            max_bytes_per_word=MAX_BYTES_PER_WORD,
+            no_pretokenization=True,
             support_detokenization=True,
-            lower_case_nfd_strip_accents=self.lowercase and self.strip_accents,
         )
+        # The fast path (see FUSED_SAFE_UNCASED) exists for BERT's two usual modes.
+        self._fused_pattern = None
+        if self.lowercase == self.strip_accents:
+            safe = FUSED_SAFE_UNCASED if self.lowercase else FUSED_SAFE_CASED
+            self._fused_pattern = f"[{safe}]*"
+            self._fused_normalizer = tf_text.FastBertNormalizer(
+                lower_case_nfd_strip_accents=self.lowercase)
+            self._fused_wordpiece = tf_text.FastWordpieceTokenizer(
+                vocab=tokens, suffix_indicator="##", max_bytes_per_word=MAX_CHARS_PER_WORD,
+                token_out_type=tf.int32, unknown_token=unknown_token)
 
     # --- Vocabulary -----------------------------------------------------------------
 
@@ -212,46 +242,96 @@ class WordPieceTokenizer(keras.layers.Layer):
             int32 `tf.RaggedTensor` `(B, None)`, or a 1-D tensor for a scalar input.
         """
         texts, scalar = _as_string_vector(texts, "texts")
-        ids = self._fast_bert.tokenize(self._pre_normalize(texts))  # (B, None)
+        ids = self._pieces(texts, with_offsets=False)[0]  # (B, None)
         return ids[0] if scalar else ids
 
     def tokenize_with_offsets(self, texts):
         """Word-piece ids with the character span of each piece in the input.
 
         Offsets count Unicode code points of the original (unnormalized) string, so in
-        Python `text[start:end]` is the source of the piece (e.g. "Café" for "cafe").
-        Characters removed by normalization (control characters, stripped accents in the
-        mixed modes) fall outside every span.
+        Python `text[start:end]` is the source of the piece (e.g. "Café" for "cafe"), as HF
+        `tokenizers` reports them: a piece spans the characters its normalized letters came
+        from, so characters that normalization removed after its last letter (a combining
+        accent, a zero-width space) fall outside it, and every piece made from one character
+        ("한" -> "ᄒ", "##ᅡ", "##ᆫ") spans all of it.
 
         Returns:
             `(ids, starts, ends)`, int32 `tf.RaggedTensor`s `(B, None)` (1-D for a scalar).
         """
         texts, scalar = _as_string_vector(texts, "texts")
-        normalized = self._pre_normalize(texts)
-        ids, byte_starts, byte_ends = self._fast_bert.tokenize_with_offsets(normalized)
-        # Byte span of each original character in the string the kernel saw: its own
-        # bytes when the fused kernel normalized (it reports offsets into the original),
-        # else the bytes it became once pre-normalized on its own (lower-casing is per
-        # character anyway; NFD and mark removal act on each character alone).
-        chars = tf.strings.unicode_split(texts, "UTF-8")  # (B, C)
-        char_texts = chars.flat_values  # (N,)
-        if not self._fused_normalization:
-            char_texts = self._pre_normalize(char_texts)
-        lengths = tf.cast(chars.with_flat_values(tf.strings.length(char_texts)), tf.int64)
-        char_starts = tf.math.cumsum(lengths, axis=1, exclusive=True)  # (B, C)
-        char_ends = tf.math.cumsum(lengths, axis=1)  # (B, C)
-        # A piece starts in the last character starting at or before its first byte.
-        starts = _count_at_most(char_starts, byte_starts, strict=False) - 1
-        # It ends after every character ending at or before its end (so accents that
-        # normalization removed stay with the letter before them), and after a character
-        # it ends inside of (one character can become several pieces: "ß" -> "ss").
-        ends = tf.maximum(
-            _count_at_most(char_ends, byte_ends, strict=False),
-            _count_at_most(char_starts, byte_ends, strict=True),
-        )
+        ids, starts, ends = self._pieces(texts, with_offsets=True)  # (B, None)
         if scalar:
             return ids[0], starts[0], ends[0]
         return ids, starts, ends
+
+    def _pieces(self, texts, with_offsets):
+        """Ids (and offsets) of `(B,)` texts: the fused kernels for texts made only of
+        `FUSED_SAFE_*` characters, the table path for the others, in the input's order."""
+        if self._fused_pattern is None:
+            return self._table_pieces(texts, with_offsets)
+        fused = tf.strings.regex_full_match(texts, self._fused_pattern)  # (B,)
+        # All fused (the usual batch of ASCII or Latin text): no table ops at all.
+        return tf.cond(
+            tf.reduce_all(fused),
+            lambda: self._fused_pieces(texts, with_offsets),
+            lambda: self._mixed_pieces(texts, fused, with_offsets),
+        )
+
+    def _fused_pieces(self, texts, with_offsets):
+        normalized = self._fused_normalizer.normalize(texts)  # (B,)
+        if with_offsets:
+            ids, starts, ends = self._fused_wordpiece.tokenize_with_offsets(normalized)
+            return ids, tf.cast(starts, tf.int32), tf.cast(ends, tf.int32)
+        return (self._fused_wordpiece.tokenize(normalized),)
+
+    def _mixed_pieces(self, texts, fused, with_offsets):
+        fused_rows = tf.where(fused)[:, 0]  # (B_f,)
+        table_rows = tf.where(~fused)[:, 0]  # (B_t,)
+        fast = self._fused_pieces(tf.gather(texts, fused_rows), with_offsets)
+        slow = self._table_pieces(tf.gather(texts, table_rows), with_offsets)
+        order = tf.argsort(tf.concat([fused_rows, table_rows], 0))  # (B,)
+        return tuple(tf.gather(tf.concat([a, b], 0), order) for a, b in zip(fast, slow))
+
+    def _table_pieces(self, texts, with_offsets):
+        """Ids (and offsets) of `(B,)` texts by BERT's tables (`bert_words`)."""
+        words = bert_words(texts, self.lowercase, self.strip_accents)
+        ids, first_char, last_char = self._word_pieces(words)  # (W, None)
+        splits = tf.gather(ids.row_splits, words.row_splits)  # (B + 1,)
+        ids = tf.RaggedTensor.from_row_splits(ids.values, splits)  # (B, None)
+        if not with_offsets:
+            return (ids,)
+        starts = ids.with_flat_values(tf.gather(words.char_starts, first_char))
+        ends = ids.with_flat_values(tf.gather(words.char_ends, last_char))
+        return ids, starts, ends
+
+    def _word_pieces(self, words):
+        """WordPiece of each word of a `BertWords`.
+
+        Returns:
+            `(ids, first_char, last_char)`: int32 `tf.RaggedTensor` `(W, None)` of piece ids,
+            and per piece (flat, `(P,)`) the index of its first and last character in the
+            `BertWords` character arrays.
+        """
+        num_chars = words.char_splits[1:] - words.char_splits[:-1]  # (W,)
+        too_long = num_chars > MAX_CHARS_PER_WORD  # (W,)
+        ids, byte_starts, byte_ends = self._wordpiece.tokenize_with_offsets(
+            tf.where(too_long, _LONG_WORD, words.words))  # (W, None)
+        piece_words = ids.value_rowids()  # (P,)
+        word_first = tf.gather(words.char_splits, piece_words)  # (P,)
+        word_last = tf.gather(words.char_splits[1:], piece_words) - 1  # (P,)
+        # Pieces' byte offsets within their word, then within all words concatenated.
+        word_bytes = tf.gather(tf.concat([words.char_bytes, tf.zeros([1], tf.int64)], 0), word_first)  # (P,)
+        piece_start = word_bytes + byte_starts.flat_values  # (P,)
+        piece_end = word_bytes + byte_ends.flat_values  # (P,)
+        char_bytes = words.char_bytes[tf.newaxis]  # (1, M)
+        first = tf.searchsorted(char_bytes, piece_start[tf.newaxis], side="right")[0] - 1
+        last = tf.searchsorted(char_bytes, piece_end[tf.newaxis], side="left")[0] - 1
+        long_piece = tf.gather(too_long, piece_words)  # (P,)
+        ids = ids.with_flat_values(
+            tf.where(long_piece, self.unknown_token_id, ids.flat_values))
+        first = tf.where(long_piece, word_first, tf.cast(first, tf.int64))
+        last = tf.where(long_piece, word_last, tf.cast(last, tf.int64))
+        return ids, first, last
 
     def tokenize_words(self, words):
         """Word-piece ids of pre-split words, e.g. the tokens of a CoNLL sentence.
@@ -303,7 +383,7 @@ class WordPieceTokenizer(keras.layers.Layer):
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         ids = tf.ragged.boolean_mask(ids, ids != self.pad_token_id)
-        texts = self._fast_bert.detokenize(ids)  # (B,)
+        texts = self._wordpiece.detokenize(ids)  # (B,)
         return texts[0] if scalar else texts
 
     # --- Packing --------------------------------------------------------------------
@@ -427,21 +507,6 @@ class WordPieceTokenizer(keras.layers.Layer):
             tf.fill([batch_size, 1], tf.constant(token_id, tf.int32))
         )
 
-    def _pre_normalize(self, texts):
-        """The normalization step the fused kernel lacks in the mixed modes (identity else)."""
-        if self._fused_normalization:
-            return texts
-        if self.lowercase:
-            # Character by character, as HF does: whole-string lowering would turn a
-            # word-final sigma into "ς" where BERT's normalizer gives "σ".
-            chars = tf.strings.unicode_split(texts, "UTF-8")  # (B, C)
-            lowered = chars.with_flat_values(
-                tf.strings.lower(chars.flat_values, encoding="utf-8")
-            )  # (B, C)
-            return tf.strings.reduce_join(lowered, axis=-1)  # (B,)
-        decomposed = tf_text.normalize_utf8(texts, "NFD")
-        return tf.strings.regex_replace(decomposed, r"\p{Mn}", "")
-
     def compute_output_spec(self, texts, text_pairs=None, return_num_truncated=False):
         batch_shape = tuple(texts.shape)
         shape = batch_shape + (self.sequence_length,)
@@ -497,20 +562,3 @@ def _keep_first(ragged, lengths):
     """The first `lengths[b]` items of each row of `ragged` `(B, None)`."""
     positions = tf.ragged.range(ragged.row_lengths())  # (B, None)
     return tf.ragged.boolean_mask(ragged, positions < lengths[:, tf.newaxis])
-
-
-def _count_at_most(sorted_values, queries, strict):
-    """Per row, how many of `sorted_values` are <= (or < if `strict`) each query.
-
-    Args:
-        sorted_values: int64 `tf.RaggedTensor` `(B, C)`, non-decreasing along each row.
-        queries: int `tf.RaggedTensor` `(B, T)`.
-
-    Returns:
-        int32 `tf.RaggedTensor` `(B, T)`.
-    """
-    padded = sorted_values.to_tensor(default_value=tf.int64.max)  # (B, C)
-    values = tf.cast(queries, tf.int64).to_tensor(default_value=0)  # (B, T)
-    side = "left" if strict else "right"
-    counts = tf.searchsorted(padded, values, side=side, out_type=tf.int32)  # (B, T)
-    return tf.RaggedTensor.from_tensor(counts, lengths=queries.row_lengths())

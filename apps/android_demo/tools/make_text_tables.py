@@ -1,30 +1,40 @@
-"""Writes the Unicode tables of the Kotlin tokenizer (`bert_text_tables.txt`), measured from
-the Python reference itself, so the phone needs no Unicode data of its own.
+"""Writes keras-attn's BERT text tables (`bert_text_tables.txt`): the answers of the reference
+tokenizer, HF `tokenizers`' BERT normalizer and pre-tokenizer, for every code point, so that the
+Python tokenizer (in-graph), the Kotlin core and the JS core need no Unicode data of their own.
 
 Usage: python apps/android_demo/tools/make_text_tables.py [OUT_FILE]
-(default: the core module's resource `dev/kerasattn/core/bert_text_tables.txt`).
+(default: the library's copy `keras_attn/text/bert_text_tables.txt` and the Kotlin core's
+resource `dev/kerasattn/core/bert_text_tables.txt`, the same bytes).
 
-Why tables: the reference tokenizer is tensorflow-text's `FastBertTokenizer`, whose normalizer
-maps every code point on its own through ICU (NFKC case folding, NFD, accent removal, control
-characters to spaces), and the NER word splitter uses Python's `unicodedata` (Unicode 14.0).
-Java's `Character` and `java.text.Normalizer` know other Unicode versions (and Android's
-depend on the OS release), and the JVM has no case folding ("ß" -> "ss"). So the generator
-asks the reference about every code point and writes down the answers:
+Why tables: the reference is HF `tokenizers`' `BertNormalizer` + `BertPreTokenizer` (what
+MiniLM / BERT were pretrained with). It follows the Unicode data of its Rust crates (older than
+Python 3.11's Unicode 14.0 for categories: U+061D, U+2E55-2E5D and 92 other recent punctuation
+characters are letters to it; recent nonspacing marks are kept), keeps unassigned code points,
+and its CJK ranges read U+2B920 where BERT's Python code has U+2B820. Java, JavaScript, ICU and
+Python each know another Unicode version, and the JVM and JS have no `BertNormalizer`. So the
+generator asks the reference about every code point and writes down the answers. The
+normalizer works character by character (checked here on every code point: the whole
+normalizer equals the composition of its steps applied to each character alone):
 
-- `normalize_uncased` / `normalize_cased`: what `FastBertNormalizer` makes of each code point
-  (with and without `lower_case_nfd_strip_accents`). Only changed code points are listed:
+- `normalize_uncased` / `normalize_cased`: what `BertNormalizer(lowercase=True)` (clean text,
+  NFD, drop nonspacing marks, lower-case) / `BertNormalizer(lowercase=False)` (clean text
+  only) make of each code point, CJK padding left out (the `P` class below covers it).
+  Only changed code points are listed:
   `R start count step delta` (code points start, start+step, ... map to themselves + delta),
   `T start count step target` (... all map to `target`), `E start count step` (... are
   removed), `M cp out...` (several code points out), `H first last` (Hangul syllables,
   decomposed by the Unicode algorithm, checked here against the reference).
-- `tokenizer_classes`: how `FastWordpieceTokenizer` treats each character of normalized text:
-  `W` part of a word, `S` whitespace, `P` a word of its own (punctuation, CJK). Run-length
-  lines `C start class`.
+- `normalize_lowercase` / `normalize_strip_accents`: the two steps alone (for the mixed modes
+  of the Python tokenizer: lower-case without stripping accents and the reverse); applied to
+  the output of `normalize_cased`.
+- `tokenizer_classes`: how a character of normalized text is pre-tokenized: `W` part of a
+  word, `S` whitespace, `P` a word of its own (punctuation, or a CJK ideograph, which the
+  normalizer pads with spaces). Run-length lines `C start class`.
 - `word_classes_strip_accents` / `word_classes_keep_accents`: `keras_attn.text.word_splitter`
   classes (`W` word, `S` whitespace, `R` removed, `P` single-character word), run-length.
 
 All numbers in hex except `count`, `step` and `delta`. The file is regenerated and compared by
-`tests/test_golden_vectors.py`, so a tensorflow-text or Python upgrade that changes an answer
+`tests/test_golden_vectors.py`, so a `tokenizers` or Python upgrade that changes an answer
 fails there.
 """
 
@@ -33,8 +43,12 @@ import sys
 
 MAX_CODE_POINT = 0x10FFFF
 HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3
-DEFAULT_OUTPUT = (pathlib.Path(__file__).resolve().parents[1] / "core" / "src" / "main" /
-                  "resources" / "dev" / "kerasattn" / "core" / "bert_text_tables.txt")
+REPOSITORY = pathlib.Path(__file__).resolve().parents[3]
+DEFAULT_OUTPUTS = (
+    REPOSITORY / "keras_attn" / "text" / "bert_text_tables.txt",
+    REPOSITORY / "apps" / "android_demo" / "core" / "src" / "main" / "resources" / "dev" /
+    "kerasattn" / "core" / "bert_text_tables.txt",
+)
 
 
 def _code_points():
@@ -48,21 +62,60 @@ def hangul_nfd(code):
     return [lead, vowel] + ([0x11A7 + trail] if trail else [])
 
 
-def normalization_lines(lowercase):
-    """`R` / `M` / `H` lines of `FastBertNormalizer(lower_case_nfd_strip_accents=lowercase)`."""
-    import tensorflow as tf
-    import tensorflow_text as tf_text
+def _bert_normalizer(clean_text=False, chinese=False, strip_accents=False, lowercase=False):
+    from tokenizers import normalizers
 
+    return normalizers.BertNormalizer(clean_text=clean_text, handle_chinese_chars=chinese,
+                                      strip_accents=strip_accents, lowercase=lowercase)
+
+
+def reference_step_outputs():
+    """Per code point, the output of each step of HF's `BertNormalizer` on that character alone.
+
+    Returns:
+        dict of step name (`"cased"`, `"strip_accents"`, `"lowercase"`, `"uncased"`) to a list
+        of str, one per code point of `_code_points()`; `"uncased"` is the whole normalizer
+        (CJK padding removed), checked to equal the composition of the steps.
+    """
     codes = _code_points()
-    normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=lowercase)
-    outputs = [o.decode("utf-8") for o in
-               normalizer.normalize(tf.constant([chr(c) for c in codes])).numpy()]
+    steps = {
+        "cased": _bert_normalizer(clean_text=True),
+        "strip_accents": _bert_normalizer(strip_accents=True),
+        "lowercase": _bert_normalizer(lowercase=True),
+        "uncased": _bert_normalizer(clean_text=True, chinese=True, strip_accents=True,
+                                    lowercase=True),
+    }
+    outputs = {name: [step.normalize_str(chr(c)) for c in codes] for name, step in steps.items()}
+    chinese = _bert_normalizer(chinese=True)
+    for index, code in enumerate(codes):
+        character = chr(code)
+        if chinese.normalize_str(character) != character:
+            whole = outputs["uncased"][index]
+            if whole[:1] != " " or whole[-1:] != " ":
+                raise RuntimeError(f"U+{code:04X}: CJK padding is not one space each side")
+            outputs["uncased"][index] = whole[1:-1]
+        composed = "".join(
+            "".join(outputs["lowercase"][_index(ord(x))] for x in outputs["strip_accents"][
+                _index(ord(y))]) for y in outputs["cased"][index])
+        if composed != outputs["uncased"][index]:
+            raise RuntimeError(f"U+{code:04X}: the uncased normalizer is not the composition of "
+                               "its steps; the table format needs a change")
+    return outputs
+
+
+def _index(code):
+    """Position of a code point in `_code_points()` (surrogates are skipped)."""
+    return code if code < 0xD800 else code - 0x800
+
+
+def normalization_lines(outputs):
+    """`R` / `T` / `E` / `M` / `H` lines of one step's per-code-point outputs."""
+    codes = _code_points()
     singles, lines = [], []
-    hangul = [c for c in range(HANGUL_FIRST, HANGUL_LAST + 1)]
-    hangul_changed = [outputs[codes.index(HANGUL_FIRST) + i] != chr(c)
-                      for i, c in enumerate(hangul)]
+    first = _index(HANGUL_FIRST)
+    hangul = range(HANGUL_FIRST, HANGUL_LAST + 1)
+    hangul_changed = [outputs[first + i] != chr(c) for i, c in enumerate(hangul)]
     if any(hangul_changed):
-        first = codes.index(HANGUL_FIRST)
         for i, code in enumerate(hangul):
             if [ord(ch) for ch in outputs[first + i]] != hangul_nfd(code):
                 raise RuntimeError(f"U+{code:04X}: the reference does not decompose Hangul "
@@ -117,23 +170,25 @@ def _runs(mappings, letters):
 
 
 def tokenizer_class_lines():
-    """`C` lines: how `FastWordpieceTokenizer` pre-tokenizes each (normalized) character."""
-    import tensorflow as tf
-    import tensorflow_text as tf_text
+    """`C` lines: how HF's `BertPreTokenizer` (and the normalizer's CJK padding) treats each
+    character of normalized text."""
+    from tokenizers import pre_tokenizers
 
-    codes = _code_points()
-    tokenizer = tf_text.FastWordpieceTokenizer(
-        ["a", "##a", "[UNK]"], suffix_indicator="##", unknown_token="[UNK]",
-        no_pretokenization=False, token_out_type=tf.string, support_detokenization=False)
-    # "a?a": a separator gives [a, a], a word of its own [a, UNK, a], a letter [UNK].
-    pieces = tokenizer.tokenize(tf.constant(["a" + chr(c) + "a" for c in codes])).to_list()
-    kinds = {("a", "a"): "S", ("a", "[UNK]", "a"): "P", ("[UNK]",): "W", ("a", "##a", "##a"): "W"}
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    chinese = _bert_normalizer(chinese=True)
     classes = {}
-    for code, row in zip(codes, pieces):
-        key = tuple(p.decode() for p in row)
-        if key not in kinds or (key == ("a", "##a", "##a")) != (code == ord("a")):
-            raise RuntimeError(f"U+{code:04X}: unexpected pre-tokenization {key}")
-        classes[code] = kinds[key]
+    for code in _code_points():
+        character = chr(code)
+        # "a?b": a separator gives [a, b], a word of its own [a, ?, b], a letter [a?b].
+        words = tuple(word for word, _ in pre_tokenizer.pre_tokenize_str(f"a{character}b"))
+        kind = {("a", "b"): "S", ("a", character, "b"): "P", (f"a{character}b",): "W"}.get(words)
+        if kind is None:
+            raise RuntimeError(f"U+{code:04X}: unexpected pre-tokenization {words}")
+        if chinese.normalize_str(character) != character:
+            if kind != "W":
+                raise RuntimeError(f"U+{code:04X}: a CJK character that is not a letter")
+            kind = "P"
+        classes[code] = kind
     return _run_length(classes)
 
 
@@ -158,19 +213,22 @@ def _run_length(classes):
 
 def table_text():
     """The whole file as a str."""
-    import tensorflow_text as tf_text
+    import tokenizers
 
+    outputs = reference_step_outputs()
     sections = [
-        ("normalize_uncased", normalization_lines(True)),
-        ("normalize_cased", normalization_lines(False)),
+        ("normalize_uncased", normalization_lines(outputs["uncased"])),
+        ("normalize_cased", normalization_lines(outputs["cased"])),
+        ("normalize_lowercase", normalization_lines(outputs["lowercase"])),
+        ("normalize_strip_accents", normalization_lines(outputs["strip_accents"])),
         ("tokenizer_classes", tokenizer_class_lines()),
         ("word_classes_strip_accents", word_class_lines(True)),
         ("word_classes_keep_accents", word_class_lines(False)),
     ]
     header = [
-        "# BERT text tables of keras-attn's Kotlin tokenizer. Generated by",
-        "# apps/android_demo/tools/make_text_tables.py from tensorflow-text "
-        f"{tf_text.__version__} and Python {sys.version_info.major}.{sys.version_info.minor} "
+        "# BERT text tables of keras-attn's tokenizers (Python, Kotlin, JS). Generated by",
+        "# apps/android_demo/tools/make_text_tables.py from HF tokenizers "
+        f"{tokenizers.__version__} and Python {sys.version_info.major}.{sys.version_info.minor} "
         "unicodedata;",
         "# the format is in that script's docstring. Regenerate instead of editing.",
     ]
@@ -185,11 +243,12 @@ def table_text():
 def main(argv):
     if len(argv) > 1:
         sys.exit("usage: make_text_tables.py [OUT_FILE]")
-    out = pathlib.Path(argv[0]) if argv else DEFAULT_OUTPUT
-    out.parent.mkdir(parents=True, exist_ok=True)
+    outputs = [pathlib.Path(argv[0])] if argv else DEFAULT_OUTPUTS
     text = table_text()
-    out.write_text(text, encoding="ascii")
-    print(f"wrote {out} ({len(text.splitlines())} lines, {len(text.encode()):,} bytes)")
+    for out in outputs:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="ascii")
+        print(f"wrote {out} ({len(text.splitlines())} lines, {len(text.encode()):,} bytes)")
 
 
 if __name__ == "__main__":
