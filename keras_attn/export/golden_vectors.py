@@ -33,6 +33,7 @@ from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_spans
 from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.ner import repair_iob2
+from keras_attn.text.tokenizer import MAX_CHARS_PER_WORD
 from keras_attn.text.word_splitter import split_words
 from keras_attn.training.task_registry import TAGGING_TASKS
 from keras_attn.training.task_registry import check_deployable

@@ -320,7 +320,8 @@ class WordPieceTokenizer(keras.layers.Layer):
         word_first = tf.gather(words.char_splits, piece_words)  # (P,)
         word_last = tf.gather(words.char_splits[1:], piece_words) - 1  # (P,)
         # Pieces' byte offsets within their word, then within all words concatenated.
-        word_bytes = tf.gather(tf.concat([words.char_bytes, tf.zeros([1], tf.int64)], 0), word_first)  # (P,)
+        char_bytes = tf.concat([words.char_bytes, tf.zeros([1], tf.int64)], 0)  # (M + 1,)
+        word_bytes = tf.gather(char_bytes, word_first)  # (P,)
         piece_start = word_bytes + byte_starts.flat_values  # (P,)
         piece_end = word_bytes + byte_ends.flat_values  # (P,)
         char_bytes = words.char_bytes[tf.newaxis]  # (1, M)
