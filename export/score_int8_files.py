@@ -9,7 +9,8 @@ else: the export's report also scores and times every other artifact, which on a
 EXPORT_DIR is what `keras-attn export RUN_DIR --output-dir EXPORT_DIR` wrote (its TFLite
 files are read, not rewritten). `--write` first writes the listed files that EXPORT_DIR
 lacks, with the export's own steps: the calibrated twin by the quantize stage
-(`EXPORT_DIR/qat`, the default recipe), then the TFLite conversions, nothing else.
+(`EXPORT_DIR/qat`, the default recipe), `model_int8.tflite` held to the int8 budget on
+XNNPACK (`keras_attn.export.file_budget`), then the other TFLite conversions, nothing else.
 
 Prints one JSON line per file: its metric, the agreement
 with the float model's argmax and the max |Δlogit| (a CRF tagger's emissions, its tags
@@ -35,6 +36,9 @@ def write_missing(exporter, names):
     step = TFLiteStep()
     int8_model = exporter._int8_model() if "model_int8.tflite" in names else None
     plan = exporter._plan(int8_model)
+    if int8_model is not None:  # the file held to the int8 budget, as the export holds it
+        exporter._file_within_budget(
+            plan, lambda: [row["op"] for row in exporter._sensitivity(int8_model, plan)])
     missing = [f for f in step.files(plan)
                if f.file in names and not step.is_written(exporter.output_dir / f.file)]
     if missing:

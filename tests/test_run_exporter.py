@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
+from ai_edge_litert.interpreter import OpResolverType
 
 from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_report import report_markdown
@@ -23,6 +24,7 @@ from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.text.labelled_examples import id_inputs
+from keras_attn.text.labelled_examples import score_sentences
 from keras_attn.text.ner import repair_iob2
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
@@ -219,6 +221,110 @@ def test_the_report_holds_the_calibrated_model_against_its_file(ner):
     markdown = (export_dir / "export_report.md").read_text()
     assert "## The calibrated model vs its file" in markdown
     assert f"| file: builtin kernels vs XNNPACK | 1.0000 | 0 of {len(twin):,} |" in markdown
+
+
+def _file_f1(path, examples, labels, length, builtin_kernels=False):
+    """Strict entity F1 (points) of a tagger's `.tflite` file on `examples`, run one
+    example at a time on a plain LiteRT interpreter (XNNPACK, or the builtin kernels)."""
+    resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels
+                else OpResolverType.AUTO)
+    runner = Interpreter(model_path=str(path),
+                         experimental_op_resolver_type=resolver).get_signature_runner()
+    outputs = []
+    for example in examples:
+        x = id_inputs([example], length)
+        (logits,) = runner(**{k: v.astype("int32") for k, v in x.items()}).values()
+        outputs.append(logits[0, :len(example["token_ids"])])
+    return 100 * score_sentences(examples, outputs, labels)["f1"]
+
+
+def test_the_int8_budget_verdict_is_the_shipped_files(ner):
+    """`quantization_budget.file`: `model_int8.tflite` scored on the budget's held-out split
+    (dev, not the test split the report evaluates a tagger on) on XNNPACK, its calibrated
+    model beside it and the builtin kernels third; recomputed here from the file and the
+    QAT run directly. The page states the file's verdict first."""
+    run, export_dir, report = ner
+    budget = report["quantization_budget"]
+    record, length = budget["file"], report["sequence_length"]
+    source = RunDirectory(run)
+    dev, labels = source.examples("dev", length), source.labels()
+    assert record["split"] == "dev" != report["eval_split"]
+    assert record["examples"] == len(dev) == 24
+    last = record["steps"][-1]
+    assert last["file_metric"] == pytest.approx(
+        _file_f1(export_dir / "model_int8.tflite", dev, labels, length), abs=1e-3)
+    assert record["builtin_kernels_metric"] == pytest.approx(
+        _file_f1(export_dir / "model_int8.tflite", dev, labels, length, True), abs=1e-3)
+    assert last["file_drop"] == pytest.approx(budget["float_metric"] - last["file_metric"],
+                                              abs=1e-3)
+    # The tiny tagger's file is within the default budget: nothing moved, the twin as chosen.
+    assert record["moved"] == [] and record["within_budget"]
+    assert last["twin_metric"] == budget["steps"][-1]["metric"]
+    assert RunDirectory(export_dir / "qat").load_model().float_ops == tuple(budget["float_ops"])
+    page = (export_dir / "export_report.md").read_text()
+    first, twin, builtin, search = (page.index(text) for text in (
+        "| `model_int8.tflite`, LiteRT + XNNPACK (ships) |", "| calibrated Keras model |",
+        "| `model_int8.tflite`, LiteRT builtin kernels |", "The calibrated model's search"))
+    assert first < twin < builtin < search
+
+
+@pytest.mark.slow
+def test_a_file_that_misses_the_budget_moves_an_op_and_is_converted_again(
+        ner, tmp_path, monkeypatch):
+    """A budget no file meets (-1 points), one move allowed: the export moves the most
+    sensitive op to float, converts model_int8.tflite again, writes the model back to the
+    QAT run, converts the other int8 files from it, and (dev evaluated) reports the file's
+    scores of the check. A re-run keeps the move and converts nothing."""
+    from keras_attn.export import run_exporter
+    from keras_attn.export.file_budget import file_budget
+
+    run, export_dir = tmp_path / "run", tmp_path / "export"
+    shutil.copytree(ner[0], run)
+    shutil.copytree(ner[1], export_dir)
+    metrics = json.loads((export_dir / "qat" / "metrics.json").read_text())
+    metrics["quantization_budget"]["max_accuracy_drop"] = -1
+    (export_dir / "qat" / "metrics.json").write_text(json.dumps(metrics))
+    monkeypatch.setattr(run_exporter, "file_budget",
+                        lambda *args, **kwargs: file_budget(*args, **kwargs, max_moves=1))
+    logs = []
+    exporter = run_exporter.RunExporter(run, export_dir, options(
+        quantization=QuantizationRecipe(), smallest_bucket=8, eval_split="dev",
+        latency_runs=1, golden_examples=0), log=logs.append)
+    report = exporter.run()
+    record = report["quantization_budget"]["file"]
+    moved = report["quantization_sensitivity"][1]["op"]
+    assert record["moved"] == [moved] and not record["within_budget"]
+    assert len(record["steps"]) == 2 and record["steps"][1]["float_ops"][-1] == moved
+    qat = RunDirectory(export_dir / "qat")
+    assert moved in qat.load_model().float_ops
+    assert qat.metrics()["quantization_budget"]["file"]["moved"] == [moved]
+    # The int8 files were converted again (the moved op's weights now float32: 3 bytes
+    # more each), the float ones reused; no trial left behind.
+    conversions = [line for line in logs if line.startswith("TFLite ")]
+    assert conversions == ["TFLite int8 from the int8 model (batch 1, lengths [16])",
+                           "TFLite int8 from the int8 model (batch 1, lengths [8, 12, 16])"], \
+        conversions
+    table, old = rows(report), rows(ner[2])
+    grown = table["model_int8.tflite"]["size_bytes"] - old["model_int8.tflite"]["size_bytes"]
+    assert record["size_cost_bytes"] > 0
+    assert abs(grown - record["size_cost_bytes"]) <= 0.1 * record["size_cost_bytes"] + 4096
+    assert not list(export_dir.glob(".tmp-*"))
+    # The evaluation reused the check's scores: dev is both; the file row says the same.
+    assert 100 * table["model_int8.tflite"]["metric"] == pytest.approx(
+        record["steps"][-1]["file_metric"], abs=1e-3)
+    dev = RunDirectory(run).examples("dev", report["sequence_length"])
+    assert record["steps"][-1]["file_metric"] == pytest.approx(_file_f1(
+        export_dir / "model_int8.tflite", dev, RunDirectory(run).labels(),
+        report["sequence_length"]), abs=1e-3)
+    # A re-run starts from the QAT run written back: the move is kept, nothing converted.
+    shipped = (export_dir / "model_int8.tflite").stat().st_mtime_ns
+    again = run_exporter.RunExporter(run, export_dir, exporter.options)
+    again._load()
+    plan = again._plan(again._int8_model())
+    again._file_within_budget(plan, lambda: pytest.fail("the one move allowed was made"))
+    assert again.budget["file"]["moved"] == [moved]
+    assert len(again.budget["file"]["steps"]) == 2
+    assert (export_dir / "model_int8.tflite").stat().st_mtime_ns == shipped
 
 
 def test_model_card_describes_inputs_tokenizer_and_labels(classification, ner):

@@ -107,23 +107,70 @@ def sensitivity_markdown(rows):
 
 
 def budget_markdown(budget):
-    """The "int8 accuracy budget" section (`quantization_budget` record), or none."""
+    """The "int8 accuracy budget" section (`quantization_budget` record), or none: the
+    verdict of `model_int8.tflite` on XNNPACK first (`file`, `keras_attn.export.file_budget`),
+    the calibrated model's beside it and the file on LiteRT's builtin kernels, then the
+    calibrated model's search and the file's own moves."""
     if not budget:
         return []
-    met = "within" if budget["within_budget"] else "NOT within"
     lines = ["", "## int8 accuracy budget", "",
              f"At most {budget['max_accuracy_drop']:g} points below float "
              + ("(the default: 0.5 points or one example, whichever is more) "
                 if budget.get("default_budget") else "")
              + f"({budget['float_metric']:.2f}) on {budget['examples']:,} {budget['split']} "
-             f"examples; the most sensitive ops moved to float one at a time "
-             f"(`keras_attn.quantization.quantization_budget`). Result: {met} the budget, "
-             f"{len(budget['float_ops'])} op(s) float: "
-             + (", ".join(f"`{op}`" for op in budget["float_ops"]) or "none")
-             + f"; their float weights add {budget.get('size_cost_bytes', 0) / 1e6:.2f} MB to "
-               "`model_int8.tflite` (its size and latency: the artifact table).", "",
-             "| ops in float | metric | below float |", "| --- | --- | --- |"]
+             "examples."]
+    lines += _file_verdict(budget.get("file"))
+    met = "within" if budget["within_budget"] else "NOT within"
+    lines += ["", "The calibrated model's search: the most sensitive ops moved to float one "
+              "at a time (`keras_attn.quantization.quantization_budget`). Result: "
+              f"{met} the budget, {len(budget['float_ops'])} op(s) float: "
+              + (", ".join(f"`{op}`" for op in budget["float_ops"]) or "none")
+              + f"; their float weights add {budget.get('size_cost_bytes', 0) / 1e6:.2f} MB "
+                "to `model_int8.tflite` (its size and latency: the artifact table).", "",
+              "| ops in float | metric | below float |", "| --- | --- | --- |"]
     for step in budget["steps"]:
         moved = f"+ `{step['float_ops'][-1]}`" if step["float_ops"] else "none (the recipe)"
         lines.append(f"| {moved} | {step['metric']:.2f} | {step['drop']:.2f} |")
+    return lines + _file_moves(budget.get("file"))
+
+
+def _file_verdict(file):
+    """The three rows: the file on XNNPACK (the verdict), the calibrated model, the file on
+    the builtin kernels; none for a record made before the file was scored."""
+    if not file:
+        return []
+    last = file["steps"][-1]
+    word = "within" if file["within_budget"] else "NOT within"
+    twin = "within" if file["twin_within_budget"] else "NOT within"
+    builtin = "within" if file["builtin_kernels_drop"] <= file["max_accuracy_drop"] \
+        else "NOT within"
+    return ["", f"Verdict: `model_int8.tflite` is {word} the budget on LiteRT with "
+            f"XNNPACK (how it ships), scored on the {file['examples']:,} {file['split']} "
+            "examples; the calibrated Keras model it converts and the same file on LiteRT's "
+            "builtin kernels beside it (an int8 file's score depends on the kernels).", "",
+            "| scored | metric | below float | budget |", "| --- | --- | --- | --- |",
+            f"| `model_int8.tflite`, LiteRT + XNNPACK (ships) | {last['file_metric']:.2f} | "
+            f"{last['file_drop']:.2f} | **{word}** |",
+            f"| calibrated Keras model | {last['twin_metric']:.2f} | {last['twin_drop']:.2f} "
+            f"| {twin} |",
+            f"| `model_int8.tflite`, LiteRT builtin kernels | "
+            f"{file['builtin_kernels_metric']:.2f} | {file['builtin_kernels_drop']:.2f} | "
+            f"{builtin} |"]
+
+
+def _file_moves(file):
+    """The ops moved because the file missed while its model did not, or none."""
+    if not file or not file["moved"]:
+        return []
+    lines = ["", f"The file missed: ops moved to float for it, each file converted again (at "
+             f"most {file['max_moves']}); their float weights add "
+             f"{file['size_cost_bytes'] / 1e6:.2f} MB more.", "",
+             "| ops in float | file (XNNPACK) | below float | calibrated model | below float |",
+             "| --- | --- | --- | --- | --- |"]
+    first = len(file["float_ops"]) - len(file["moved"])
+    for step in file["steps"]:
+        moved = len(step["float_ops"]) - first
+        name = f"+ `{step['float_ops'][-1]}`" if moved else "the calibrated model's choice"
+        lines.append(f"| {name} | {step['file_metric']:.2f} | {step['file_drop']:.2f} | "
+                     f"{step['twin_metric']:.2f} | {step['twin_drop']:.2f} |")
     return lines

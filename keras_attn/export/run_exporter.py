@@ -8,7 +8,9 @@ a finished file is reused when the command runs again), around:
    and the evaluation data its config names);
 2. the int8 model: the run's calibrated twin made by the quantize stage in `qat/`
    (`keras_attn.quantization.quantize_stage.quantize_run`, the `QuantizationRecipe`), or
-   the `--qat-run` given;
+   the `--qat-run` given; with an int8 budget, `model_int8.tflite` itself is converted
+   first and held to it on XNNPACK (`keras_attn.export.file_budget`: ops move to float
+   until the file is within it, the choice written back to that QAT run);
 3. the steps: TFLite (fixed length and length-bucketed), ONNX, SavedModel, text-in TFLite;
 4. the export directory's side files (`ExportDirectory`: `vocab.txt`, `labels.txt`,
    `model_card.json` with the artifact list, `golden_vectors.jsonl`), the metadata embedded
@@ -20,6 +22,7 @@ a finished file is reused when the command runs again), around:
 import dataclasses
 import os
 import pathlib
+import shutil
 import time
 
 import keras
@@ -33,7 +36,9 @@ from keras_attn.export.artifact_scoring import compare
 from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.artifacts import ARTIFACT_STEPS
 from keras_attn.export.artifacts import ExportPlan
+from keras_attn.export.artifacts import TFLiteStep
 from keras_attn.export.export_report import report_markdown
+from keras_attn.export.file_budget import file_budget
 from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.golden_vectors import model_card
 from keras_attn.export.golden_vectors import write_golden_vectors
@@ -47,6 +52,8 @@ from keras_attn.export.twin_agreement import twin_agreement
 from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.machine import cpu_description
+from keras_attn.quantization.quantization_budget import held_out_examples
+from keras_attn.quantization.quantization_budget import held_out_score
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantization_sensitivity import SENSITIVITY_EXAMPLES
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
@@ -153,6 +160,10 @@ class RunExporter:
         self.options.check()
         self.log = log or (lambda message: None)
         self.budget = None  # the QAT run's int8 budget search, if it had one
+        self.qat_run = None  # the QAT run directory of the int8 model
+        # model_int8.tflite's outputs on the evaluation examples, scored by the budget
+        # check when its held-out examples are those: {builtin_kernels: outputs}
+        self._int8_file_outputs = {}
         self.source = RunDirectory(run_dir)
         try:
             self.source.require("model.keras", "config.json", "vocab.txt", "labels.txt",
@@ -221,7 +232,7 @@ class RunExporter:
                                        self.length, self.log)
         except RunDirectoryError as error:
             raise ExportError(str(error)) from None
-        self.recipe = recipe
+        self.recipe, self.qat_run = recipe, qat_run
         self.budget = qat_run.metrics().get("quantization_budget")
         model = qat_run.load_model()
         model.freeze_ranges()  # the roundings of the int8 file (biases too)
@@ -255,6 +266,77 @@ class RunExporter:
         except ImportError as error:
             self.log(f"{SENSITIVITY_PICTURE} skipped: {error}")
         return rows
+
+    # --- the int8 budget on the file that ships -----------------------------------------
+
+    def _file_within_budget(self, plan, order):
+        """`model_int8.tflite` itself held to the int8 budget (`file_budget`): converted
+        (or the one an earlier export wrote) and scored on LiteRT with XNNPACK on the
+        budget's held-out examples; while it misses, the next op of `order` (a callable
+        returning op names, most sensitive first) moves to float and a file is converted
+        again. The last file is also scored on the builtin kernels. Sets
+        `plan.int8_model` and `self.budget["file"]`, writes a choice beyond the twin's back
+        to the export's own QAT run (`qat/`; a `--qat-run` is only scored), and returns the
+        chosen model."""
+        start = plan.int8_model
+        if start is None or not self.budget:
+            return start
+        split, examples = held_out_examples(self.source, self.recipe, self.length)
+        same = split == self.eval_split and self.options.max_eval_examples is None
+        scorer = self.scorer if same else ArtifactScorer(examples, self.length, self.model,
+                                                         self.labels, self.tagger)
+        self.log(f"int8 budget on model_int8.tflite (LiteRT, XNNPACK): {len(examples):,} "
+                 f"{split} examples")
+        step, path = TFLiteStep(), self.output_dir / "model_int8.tflite"
+        (int8_file,) = [f for f in step.files(plan) if f.file == path.name]
+        trials = atomic_files.temporary_path(self.output_dir / "file_budget")
+        outputs = {}
+
+        def score_file(model, builtin_kernels=False):
+            file = path if model is start else trials / path.name
+            if not file.is_file():  # the start's file, or a moved model's, in `trials`
+                _remove(trials)
+                step.write(dataclasses.replace(plan, int8_model=model,
+                                               output_dir=file.parent), [int8_file])
+            outputs[builtin_kernels] = scorer.collect(
+                step.run_logits(file, builtin_kernels=builtin_kernels))
+            return scorer.score(outputs[builtin_kernels])[self.metric]
+
+        crf = self.model.get_layer("crf") if self.use_crf else None
+        # A --qat-run is read, not written: its file is scored, never moved.
+        moves = {} if self.options.qat_run is None else {"max_moves": 0}
+        chosen, record = file_budget(
+            start, self.budget, score_file,
+            held_out_score(examples, self.length, self.labels, self.tagger, crf),
+            order, log=lambda line: self.log("  " + line), **moves)
+        if not record["within_budget"] and moves:
+            self.log(f"  model_int8.tflite misses the budget; --qat-run {self.qat_run.path} "
+                     "is not changed: export without --qat-run to move ops for the file")
+        builtin = 100 * score_file(chosen, builtin_kernels=True)
+        record.update(split=split, examples=len(examples), builtin_kernels_metric=round(
+            builtin, 4), builtin_kernels_drop=round(record["float_metric"] - builtin, 4))
+        self.budget = {**self.budget, "file": record}
+        if chosen is not start:
+            self._keep_file_choice(plan, chosen, trials / path.name, path)
+        if same:  # the evaluation reuses these scores of the file that stays
+            self._int8_file_outputs = outputs
+        chosen.freeze_ranges()  # the roundings of its file, as `_int8_model` does
+        plan.int8_model = chosen
+        return chosen
+
+    def _keep_file_choice(self, plan, chosen, trial, path):
+        """The moved model replaces the twin: the files converted from the old one go, the
+        QAT run gets the model (so a re-run converts what ships), then the trial file
+        becomes `model_int8.tflite`."""
+        for step in ARTIFACT_STEPS:
+            for f in step.files(plan):
+                if f.source == "int8":
+                    _remove(self.output_dir / f.file)
+        self.qat_run.write_finish(chosen, {**self.qat_run.metrics(),
+                                           "quantization_budget": self.budget})
+        self.log(f"  {self.qat_run.path / 'model.keras'}: float ops {list(chosen.float_ops)}")
+        os.replace(trial, path)
+        _remove(trial.parent)
 
     # --- the steps ----------------------------------------------------------------------
 
@@ -294,7 +376,10 @@ class RunExporter:
                 if not f.scored or not step.is_written(path):
                     continue
                 self.log(f"  {f.report_name}")
-                outputs = self.scorer.collect(step.run_logits(path))
+                outputs = self._int8_file_outputs.get(False) if f.file == "model_int8.tflite" \
+                    else None
+                if outputs is None:
+                    outputs = self.scorer.collect(step.run_logits(path))
                 row = self._row(f.report_name, path, reference, outputs, step.details(path))
                 rows.append(row)
                 if twin is not None and f.file == "model_int8.tflite":
@@ -316,7 +401,9 @@ class RunExporter:
         builtin kernels against XNNPACK (the runtime's own floor)."""
         self.log(f"  {path.name} on LiteRT's builtin kernels (no XNNPACK), against the "
                  "calibrated model")
-        builtin = self.scorer.collect(step.run_logits(path, builtin_kernels=True))
+        builtin = self._int8_file_outputs.get(True)  # scored by the budget check
+        if builtin is None:
+            builtin = self.scorer.collect(step.run_logits(path, builtin_kernels=True))
         logit_step = float(int8_model.get_layer("logits").output_quantizer.step())
         return twin_agreement(twin, xnnpack, builtin, logit_step)
 
@@ -395,6 +482,7 @@ class RunExporter:
         int8_model = self._int8_model()
         plan = self._plan(int8_model)
         sensitivity = self._sensitivity(int8_model, plan)
+        int8_model = self._file_within_budget(plan, lambda: [r["op"] for r in sensitivity])
         steps, errors = self._write_artifacts(plan)
         self.log(f"evaluating every artifact on {len(self.examples):,} {self.eval_split} "
                  "examples")
@@ -424,6 +512,13 @@ class RunExporter:
         self.export.write_report(report, report_markdown(report))
         self.log(f"wrote {self.output_dir / 'export_report.md'}")
         return report
+
+
+def _remove(path):
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
 
 
 def _machine():

@@ -26,6 +26,7 @@ from keras_attn.text.labelled_examples import score_texts
 from keras_attn.text.ner import first_piece_mask
 
 BUDGET_BATCH = 64  # examples per call of the model
+BUDGET_TRAIN_EXAMPLES = 1000  # training examples scoring a budget when a run has no dev split
 
 
 def quantization_budget(model, rows, score, max_drop, log=None):
@@ -110,3 +111,31 @@ def _decoded(emissions, example, crf):
                           crf.start_transitions, crf.end_transitions,
                           mask=first_piece_mask(example["word_ids"][None]))
     return {"tags": keras.ops.convert_to_numpy(tags)[0]}
+
+
+def held_out_examples(source, recipe, length):
+    """`(split, examples)` a budget is measured on: the run's dev split, or without one
+    up to `BUDGET_TRAIN_EXAMPLES` training examples the calibration did not use, or when it
+    used them all, those (said in the split's name); never the test split.
+
+    Args:
+        source: the float run (`RunDirectory`).
+        recipe: the `QuantizationRecipe` (its `calibration_examples` were not held out).
+        length: the export's fixed sequence length.
+
+    Returns:
+        `(split, examples)`: the split's name as the report states it, and the examples
+        (`RunDirectory.examples`).
+
+    Example:
+
+        split, examples = held_out_examples(RunDirectory("runs/sst2"), QuantizationRecipe(), 64)
+    """
+    if source.data_file("dev"):
+        return "dev", source.examples("dev", length)
+    examples = source.examples("train", length, sample=BUDGET_TRAIN_EXAMPLES,
+                               beside_sample=recipe.calibration_examples)
+    if examples:
+        return "train (not used for calibration)", examples
+    return ("train (also the calibration examples: no dev split, every training example "
+            "calibrated)", source.examples("train", length, sample=BUDGET_TRAIN_EXAMPLES))

@@ -15,6 +15,7 @@ twin keeps its CRF (float) and fine-tunes through the CRF loss.
 
 from keras_attn import atomic_files
 from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.quantization_budget import held_out_examples
 from keras_attn.quantization.quantization_budget import held_out_score
 from keras_attn.quantization.quantization_budget import quantization_budget
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
@@ -33,8 +34,6 @@ from keras_attn.training.task_registry import task_spec
 from keras_attn.training.trainer import train
 
 __all__ = ["quantize_run"]
-
-BUDGET_TRAIN_EXAMPLES = 1000  # training examples scoring a budget when a run has no dev split
 
 
 def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None):
@@ -151,12 +150,12 @@ def _fine_tune(source, output, config, recipe, length, log):
 
 def _within_budget(source, qat, recipe, length, batches, log):
     """`(qat, {"quantization_budget": record})` with the recipe's `max_accuracy_drop`
-    (`quantization_budget` on `_held_out`; ops ordered by their sensitivity on the first
+    (`quantization_budget` on `held_out_examples`; ops ordered by their sensitivity on the first
     `SENSITIVITY_EXAMPLES` of `batches`, measured only if the recipe misses the budget), or
     `(qat, {})` without a budget."""
     if recipe.max_accuracy_drop is None:
         return qat, {}
-    split, examples = _held_out(source, recipe, length)
+    split, examples = held_out_examples(source, recipe, length)
     tagger = task_spec(source.task).token_labels
     float_model = source.load_model()
     crf = float_model.get_layer("crf") if getattr(float_model, "use_crf", False) else None
@@ -176,17 +175,3 @@ def _within_budget(source, qat, recipe, length, batches, log):
     return chosen, {"quantization_budget": {
         **record, "split": split, "examples": len(examples), "sensitivity": rows,
         "default_budget": recipe.max_accuracy_drop == "default"}}
-
-
-def _held_out(source, recipe, length):
-    """`(split, examples)` the budget is measured on: the run's dev split, or without one
-    up to `BUDGET_TRAIN_EXAMPLES` training examples the calibration did not use, or when it
-    used them all, those (said in the split's name); never the test split."""
-    if source.data_file("dev"):
-        return "dev", source.examples("dev", length)
-    examples = source.examples("train", length, sample=BUDGET_TRAIN_EXAMPLES,
-                               beside_sample=recipe.calibration_examples)
-    if examples:
-        return "train (not used for calibration)", examples
-    return ("train (also the calibration examples: no dev split, every training example "
-            "calibrated)", source.examples("train", length, sample=BUDGET_TRAIN_EXAMPLES))
