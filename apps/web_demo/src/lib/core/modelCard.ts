@@ -29,7 +29,8 @@ export interface TokenizerSettings {
   readonly sepTokenId: number;
   readonly padTokenId: number;
   readonly unknownTokenId: number;
-  readonly maxWordBytes: number;
+  /** HF's `max_input_chars_per_word`: a longer normalized word is one `[UNK]`. */
+  readonly maxWordCharacters: number;
 }
 
 /**
@@ -121,7 +122,7 @@ export class ModelCard {
       );
     }
     return new WordPieceTokenizer(vocabulary, settings.lowercase, tables, {
-      maxWordBytes: settings.maxWordBytes,
+      maxWordCharacters: settings.maxWordCharacters,
       unknownToken: vocabulary[settings.unknownTokenId],
       clsToken: vocabulary[settings.clsTokenId],
       sepToken: vocabulary[settings.sepTokenId],
@@ -220,6 +221,8 @@ function parseTokenizer(tokenizer: JsonObject, where: string): TokenizerSettings
     }
     return value;
   };
+  // Cards written before the tokenizer followed HF hold "max_word_bytes" (100, read as the
+  // character limit).
   const hasBytes = Object.hasOwn(tokenizer, "max_word_bytes");
   return {
     lowercase,
@@ -229,7 +232,7 @@ function parseTokenizer(tokenizer: JsonObject, where: string): TokenizerSettings
     sepTokenId: id("sep_token_id"),
     padTokenId: id("pad_token_id"),
     unknownTokenId: id("unknown_token_id"),
-    maxWordBytes: intField(tokenizer, hasBytes ? "max_word_bytes" : "max_word_characters", where),
+    maxWordCharacters: intField(tokenizer, hasBytes ? "max_word_bytes" : "max_word_characters", where),
   };
 }
 

@@ -1,4 +1,4 @@
-import bundledTables from "../../../../android_demo/core/src/main/resources/dev/kerasattn/core/bert_text_tables.txt?raw";
+import bundledTables from "../../../../../keras_attn/text/bert_text_tables.txt?raw";
 
 import { ModelAssetError } from "./errors";
 
@@ -11,8 +11,8 @@ export const CharClass = { WORD: 0, WHITESPACE: 1, REMOVED: 2, SINGLE: 3 } as co
 /** One of the {@link CharClass} values. */
 export type CharClass = (typeof CharClass)[keyof typeof CharClass];
 
-/** Where the bundled tables come from (the Android core's resource, shared, not copied). */
-export const TEXT_TABLES_SOURCE = "apps/android_demo/core/src/main/resources/dev/kerasattn/core/bert_text_tables.txt";
+/** Where the bundled tables come from (the Python library's copy, imported, not copied). */
+export const TEXT_TABLES_SOURCE = "keras_attn/text/bert_text_tables.txt";
 
 const EMPTY: readonly number[] = Object.freeze([]);
 const HANGUL_FIRST = 0xac00;
@@ -46,14 +46,17 @@ class RunTable {
 }
 
 /**
- * The per-code-point answers of the Python reference that the tokenizer and the word splitter
- * look up: tensorflow-text's normalization (uncased and cased), its pre-tokenization classes,
- * and `keras_attn.text.word_splitter`'s classes, as measured and written by
+ * The per-code-point answers of the reference that the tokenizer and the word splitter look
+ * up: HF `tokenizers`' `BertNormalizer` (uncased: clean text, NFD, nonspacing marks dropped,
+ * lower-cased; cased: clean text only), `BertPreTokenizer`'s classes, and
+ * `keras_attn.text.word_splitter`'s classes, as measured and written by
  * `apps/android_demo/tools/make_text_tables.py` (the port of the Kotlin core's `TextTables`).
+ * The tables' `normalize_lowercase` / `normalize_strip_accents` sections serve only the
+ * Python tokenizer's mixed modes and are not read here.
  *
  * Tables instead of `String.prototype.normalize` / `toLowerCase` / `\p{...}` regexps: those
- * follow the Unicode version of the browser, and JavaScript has no case folding; the tables
- * make every browser answer as the Python reference does.
+ * follow the Unicode version of the browser, and no browser has HF's Unicode data or its
+ * CJK ranges; the tables make every browser answer as the Python reference does.
  *
  * Example:
  * ```ts
@@ -109,10 +112,13 @@ export class TextTables {
 
   /**
    * What the reference normalizer makes of one code point: the code points it becomes (empty
-   * when removed). A lone UTF-16 surrogate (never in valid UTF-8) is removed.
+   * when removed). CJK ideographs are not padded with spaces here: their class
+   * ({@link tokenizerClass}) makes each a word. A lone UTF-16 surrogate (never in valid
+   * UTF-8) is removed.
    *
    * @param codePoint the input code point.
-   * @param lowercase uncased (lower-case, NFD, accents stripped) or cased normalization.
+   * @param lowercase uncased (lower-case, NFD, nonspacing marks dropped) or cased
+   *     normalization (control characters removed, whitespace made a space).
    */
   normalize(codePoint: number, lowercase: boolean): readonly number[] {
     if (codePoint >= 0xd800 && codePoint <= 0xdfff) return EMPTY;
@@ -124,7 +130,10 @@ export class TextTables {
     return [codePoint];
   }
 
-  /** Pre-tokenization class of a normalized character: `WORD`, `WHITESPACE` or `SINGLE`. */
+  /**
+   * Pre-tokenization class of a normalized character: `WORD`, `WHITESPACE` or `SINGLE`
+   * (punctuation, CJK ideographs).
+   */
   tokenizerClass(codePoint: number): CharClass {
     return this.tokenizerClasses.classOf(codePoint);
   }

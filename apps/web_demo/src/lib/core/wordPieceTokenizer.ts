@@ -1,4 +1,4 @@
-import { codePointsOf, utf8Length } from "./codePoints";
+import { codePointsOf } from "./codePoints";
 import { ModelAssetError } from "./errors";
 import { CharClass, TextTables } from "./textTables";
 
@@ -25,8 +25,11 @@ export interface ModelInputs {
 
 /** Special tokens and the word limit of a {@link WordPieceTokenizer}. */
 export interface WordPieceOptions {
-  /** The reference's word limit in UTF-8 bytes after normalization (default 100). */
-  maxWordBytes?: number;
+  /**
+   * The word limit in characters (code points) of the normalized word, HF's
+   * `max_input_chars_per_word` (default 100): a longer word is one `[UNK]`.
+   */
+  maxWordCharacters?: number;
   unknownToken?: string;
   clsToken?: string;
   sepToken?: string;
@@ -41,26 +44,29 @@ interface PieceLists {
 }
 
 /**
- * BERT WordPiece tokenizer, a port of tensorflow-text's `FastBertTokenizer` as keras-attn's
- * `WordPieceTokenizer` uses it (`keras_attn/text/tokenizer.py`), via the Kotlin core; ids and
- * offsets equal the Python ones (checked on every golden vector).
+ * BERT WordPiece tokenizer: HF `tokenizers`' `BertNormalizer` + `BertPreTokenizer` +
+ * `WordPiece` (what BERT and MiniLM were pretrained with), as keras-attn's Python
+ * `WordPieceTokenizer` implements them (`keras_attn/text/tokenizer.py`), via the Kotlin core;
+ * ids and offsets equal the Python ones (checked on every golden vector).
  *
  * Steps, per the reference:
- * 1. normalization, code point by code point ({@link TextTables.normalize}): control
- *    characters become spaces; uncased models also lower-case with full case folding
- *    (NFKC_Casefold: "ß" -> "ss", full-width "Ａ" -> "a", ligatures split), NFD-decompose and
- *    drop combining marks and default-ignorable characters (zero-width space, soft hyphen);
- * 2. pre-tokenization of the normalized text: whitespace separates words, each punctuation
- *    character and CJK ideograph is a word ({@link TextTables.tokenizerClass});
- * 3. a word longer than `maxWordBytes` UTF-8 bytes becomes `[UNK]`; any other is split
+ * 1. normalization, code point by code point ({@link TextTables.normalize}): control and
+ *    private-use characters are removed, whitespace becomes a space; uncased models also
+ *    lower-case (Unicode lower-casing, not case folding: "ß" stays "ß"), NFD-decompose and
+ *    drop nonspacing marks ("é" -> "e", "a\u0301" -> "a"; "´" and "…" stay, no
+ *    compatibility mapping);
+ * 2. pre-tokenization of the normalized text ({@link TextTables.tokenizerClass}):
+ *    whitespace separates words, each punctuation character and CJK ideograph is a word;
+ * 3. a word of more than `maxWordCharacters` characters becomes `[UNK]`; any other is split
  *    greedily into the longest vocabulary pieces from the left, continuations prefixed with
  *    `##`; a word with no complete spelling becomes one `[UNK]`.
  *
- * Offsets are code points of the original text (Python `str` indices, not UTF-16 units). A
- * piece starts at the character its first normalized character came from; it ends where the
- * next normalized character comes from (so characters removed by normalization stay with the
- * piece before them, and a piece that ends inside a character's expansion, "ß" -> "s" +
- * "##s", ends before that character).
+ * Offsets are code points of the original text (Python `str` indices, not UTF-16 units), as
+ * HF reports them: each normalized character comes from one original character and spans
+ * it; a piece spans from the character of its first normalized character to the end of the
+ * character of its last. So characters removed by normalization (combining accents,
+ * zero-width and control characters) belong to no piece ("e\u0301" -> "e" at [0, 1)), and
+ * every piece made from one character ("한" -> three jamo pieces) spans that whole character.
  *
  * Example:
  * ```ts
@@ -71,7 +77,7 @@ interface PieceLists {
  */
 export class WordPieceTokenizer {
   readonly vocabularySize: number;
-  readonly maxWordBytes: number;
+  readonly maxWordCharacters: number;
   readonly unknownId: number;
   readonly clsId: number;
   readonly sepId: number;
@@ -86,6 +92,7 @@ export class WordPieceTokenizer {
    *     stripped exactly when lower-casing, as in every keras-attn export).
    * @param tables the normalization and class tables.
    * @param options the word limit and the special tokens (BERT's by default).
+   * @throws RangeError when `maxWordCharacters` is not an integer >= 1.
    * @throws ModelAssetError on an empty or repeated token, or a missing special token.
    */
   constructor(
@@ -94,9 +101,9 @@ export class WordPieceTokenizer {
     private readonly tables: TextTables,
     options: WordPieceOptions = {},
   ) {
-    this.maxWordBytes = options.maxWordBytes ?? 100;
-    if (!Number.isInteger(this.maxWordBytes) || this.maxWordBytes < 1) {
-      throw new RangeError(`maxWordBytes must be an integer >= 1, got ${this.maxWordBytes}`);
+    this.maxWordCharacters = options.maxWordCharacters ?? 100;
+    if (!Number.isInteger(this.maxWordCharacters) || this.maxWordCharacters < 1) {
+      throw new RangeError(`maxWordCharacters must be an integer >= 1, got ${this.maxWordCharacters}`);
     }
     this.vocabularySize = vocabulary.length;
     this.maxTokenLength = this.indexVocabulary(vocabulary);
@@ -128,7 +135,6 @@ export class WordPieceTokenizer {
         source.push(i);
       }
     }
-    const boundary = (q: number): number => (q < normalized.length ? source[q]! : codePoints.length);
     const out: PieceLists = { ids: [], starts: [], ends: [] };
     let position = 0;
     while (position < normalized.length) {
@@ -141,7 +147,7 @@ export class WordPieceTokenizer {
       if (kind !== CharClass.SINGLE) {
         while (end < normalized.length && this.tables.tokenizerClass(normalized[end]!) === CharClass.WORD) end += 1;
       }
-      this.addWord(normalized, position, end, boundary, out);
+      this.addWord(normalized, source, position, end, out);
       position = end;
     }
     return { ids: Int32Array.from(out.ids), starts: Int32Array.from(out.starts), ends: Int32Array.from(out.ends) };
@@ -212,31 +218,32 @@ export class WordPieceTokenizer {
     return id;
   }
 
-  /** The pieces of the word `normalized[begin, end)`, appended to `out`. */
+  /**
+   * The pieces of the word `normalized[begin, end)`, appended to `out`; `source[q]` is the
+   * original character of `normalized[q]`.
+   */
   private addWord(
     normalized: readonly number[],
+    source: readonly number[],
     begin: number,
     end: number,
-    boundary: (q: number) => number,
     out: PieceLists,
   ): void {
-    let bytes = 0;
-    for (let i = begin; i < end; i++) bytes += utf8Length(normalized[i]!);
     const firstPiece = out.ids.length;
-    for (let position = begin; position < end && bytes <= this.maxWordBytes; ) {
+    for (let position = begin; position < end && end - begin <= this.maxWordCharacters; ) {
       const [id, stop] = this.longestPiece(normalized, position, end, position > begin);
       if (id < 0) break;
       out.ids.push(id);
-      out.starts.push(boundary(position));
-      out.ends.push(boundary(stop));
+      out.starts.push(source[position]!);
+      out.ends.push(source[stop - 1]! + 1);
       position = stop;
       if (position === end) return;
     }
     // Too long, or no spelling of the whole word: it is one unknown token.
     for (const list of [out.ids, out.starts, out.ends]) list.length = firstPiece;
     out.ids.push(this.unknownId);
-    out.starts.push(boundary(begin));
-    out.ends.push(boundary(end));
+    out.starts.push(source[begin]!);
+    out.ends.push(source[end - 1]! + 1);
   }
 
   /** `[id, stop]` of the longest vocabulary piece `normalized[position, stop)`, or `[-1, position]`. */
