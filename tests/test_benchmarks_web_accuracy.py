@@ -1,4 +1,10 @@
-"""benchmarks/web_accuracy.py's scoring (the browser run itself is in `make test-web`)."""
+"""benchmarks/web_accuracy.py's scoring and int8 parity rules (the browser run itself is in
+`make test-web`; apps/web_demo/test/parity.test.ts checks the page's copy of the rules)."""
+
+import json
+
+import numpy as np
+import pytest
 
 from tests.scripts import load_script
 
@@ -28,10 +34,103 @@ def test_scores_and_agreement():
     assert web_accuracy.score("sst2", results, gold, {"1": "positive"}) == {"accuracy": 0.5}
     moved = {"label": "positive", "probabilities": {"negative": 0.21, "positive": 0.79}}
     assert web_accuracy.same(results[0], moved)
-    assert abs(web_accuracy.probability_difference(results[0], moved) - 0.01) < 1e-12
     assert not web_accuracy.same(results[0], results[1])
     tagged = {"entities": [{"type": "LOC", "start": 0, "end": 5, "text": "Paris"}],
               "words": [_word("Paris", 0, "B-LOC")], "num_truncated_words": 0}
     assert web_accuracy.score("conll2003", [tagged], [(["Paris"], ["B-LOC"])], {}) == \
         {"f1": 1.0}
     assert not web_accuracy.same(tagged, dict(tagged, words=[_word("Paris", 0, "O")]))
+
+
+STEP = 0.5
+# Round numbers for the hand-made cases; the rules in force are tested on their own.
+RULES = {"min_bit_identical": 0.95, "max_steps": 4, "near_tie_steps": 4}
+
+
+def _label(logits):
+    return {"logits": logits, "result": {"label": "a" if logits[0] >= logits[1] else "b"}}
+
+
+def _tags(rows, words):
+    return {"logits": rows, "result": {"entities": [], "words": words,
+                                       "num_truncated_words": 0}}
+
+
+def test_the_rules_are_the_browser_tests_rules():
+    # apps/web_demo/e2e/parity_rules.json, which the browser test reads too.
+    assert web_accuracy.RULES.relative_to(web_accuracy.REPO).as_posix() == \
+        "apps/web_demo/e2e/parity_rules.json"
+    assert web_accuracy.load_rules() == {"min_bit_identical": 0.95, "max_steps": 3,
+                                         "near_tie_steps": 4}
+    assert json.loads(web_accuracy.RULES.read_text())["max_steps"] == 3
+
+
+def test_probability_difference_per_label_and_per_token():
+    # softmax([0, ln 4]) = (0.2, 0.8); softmax([0, ln 3]) = (0.25, 0.75).
+    assert web_accuracy.probability_difference([0.0, np.log(4)], [0.0, np.log(3)]) == \
+        pytest.approx(0.05)
+    # A tagger: the largest difference over its tokens, not 0.
+    tagger = web_accuracy.probability_difference([[0.0, 0.0], [0.0, np.log(4)]],
+                                                 [[0.0, 0.0], [0.0, np.log(3)]])
+    assert tagger == pytest.approx(0.05)
+    assert web_accuracy.probability_difference([[0.0, 1.0]], [[0.0, 1.0], [1.0, 0.0]]) == \
+        float("inf")
+
+
+def test_a_logit_may_move_up_to_the_cap():
+    assert web_accuracy.text_parity("t", _label([5, 0]), _label([5 + 4 * STEP, 0]), STEP,
+                                    RULES)["failures"] == []
+    verdict = web_accuracy.text_parity("t", _label([5, 0]), _label([5 + 5 * STEP, 0]), STEP,
+                                       RULES)
+    assert verdict["steps"] == 5
+    assert verdict["failures"] == ["'t': a logit moved 5.00 int8 steps (at most 4)"]
+
+
+def test_an_answer_may_flip_at_a_near_tie_only():
+    near = web_accuracy.text_parity("t", _label([1.5, 0]), _label([0.5, 1.5]), STEP, RULES)
+    assert near["flips"] == [(0, 3.0)] and near["failures"] == []
+    # Python's margin 4 steps: a flip fails though each logit moved within the cap (3 steps).
+    wide = web_accuracy.text_parity("t", _label([2, 0]), _label([1, 1.5]), STEP, RULES)
+    assert wide["steps"] == 3
+    assert wide["failures"] == ["'t': row 0 changed its answer where Python's top two are "
+                                "4.00 steps apart (a near-tie is below 4)"]
+
+
+def test_a_tagger_is_judged_per_token():
+    python = _tags([[9, 0], [0.5, 0], [0, 9]], ["O", "O", "B"])
+    flipped = _tags([[9, 0], [0.5, 1], [0, 9]], ["O", "B", "B"])
+    assert web_accuracy.text_parity("t", python, flipped, STEP, RULES)["failures"] == []
+    # Another answer with the same argmax on every token.
+    unexplained = _tags([[9, 0], [0.5, 0], [0, 9]], ["O", "B", "B"])
+    assert web_accuracy.text_parity("t", python, unexplained, STEP, RULES)["failures"] == [
+        "'t': another answer with the same argmax on every row (decoding or tokenization "
+        "differs)"]
+
+
+def test_a_page_that_drops_one_token_fails():
+    python = _tags([[9, 0], [0.5, 0], [0, 9]], ["O", "O", "B"])
+    dropped = _tags([[9, 0], [0, 9]], ["O", "B"])
+    report = web_accuracy.int8_parity(["t"] * 20, [python] * 20, [python] * 19 + [dropped],
+                                      STEP, RULES)
+    assert report["identical"] == 19
+    assert report["failures"] == ["'t': Python gave (3, 2) logits, the page (2, 2) (a token "
+                                  "dropped or added)"]
+
+
+def test_fewer_than_95_percent_bit_identical_fail():
+    python = [_label([i, 0]) for i in range(20)]
+    page = [_label([i + STEP, 0]) if i < 2 else o for i, o in enumerate(python)]
+    report = web_accuracy.int8_parity([f"t{i}" for i in range(20)], python, page, STEP, RULES)
+    assert (report["identical"], report["max_steps"]) == (18, 1.0)
+    assert report["failures"] == ["bit-identical logits on 18 of 20 texts, below 95%"]
+    same = web_accuracy.int8_parity(["t"] * 20, python, python, STEP, RULES)
+    assert same["failures"] == [] and same["same_answer"] == 20
+
+
+def test_bad_arguments_and_float_files():
+    with pytest.raises(ValueError, match="one Python and one page output per text"):
+        web_accuracy.int8_parity(["a"], [], [], STEP, RULES)
+    with pytest.raises(ValueError, match="Received: step=None"):
+        web_accuracy.int8_parity([], [], [], None, RULES)
+    assert web_accuracy.float_parity(["t"], [_label([1, 0])], [_label([1, 0.5])]) == []
+    assert len(web_accuracy.float_parity(["t"], [_label([1, 0])], [_label([0, 1])])) == 1
