@@ -22,7 +22,7 @@ class ModelCard(
     val sepTokenId: Int,
     val padTokenId: Int,
     val unknownTokenId: Int,
-    val maxWordBytes: Int,
+    val maxWordCharacters: Int,
     val inputNames: List<String>,
     val crf: CrfTransitions?
 ) {
@@ -73,7 +73,9 @@ class ModelCard(
                 if (id < 0 || id >= vocabularySize) throw AssetException("$where: $it=$id is outside the vocabulary (size $vocabularySize)")
                 id
             }
-            val maxWordBytes = if (tokenizer.containsKey("max_word_bytes")) Json.intField(tokenizer, "max_word_bytes", where)
+            // Cards written before the tokenizer followed HF hold "max_word_bytes" (100, read
+            // as the character limit).
+            val maxWordCharacters = if (tokenizer.containsKey("max_word_bytes")) Json.intField(tokenizer, "max_word_bytes", where)
                 else Json.intField(tokenizer, "max_word_characters", where)
             val inputs = Json.listField(root, "inputs", source).mapIndexed { i, input ->
                 val entry = input as? Map<*, *> ?: throw AssetException("$source: inputs[$i] must be an object")
@@ -102,7 +104,7 @@ class ModelCard(
                 if (crf.numTags != labels.size) throw AssetException("$w: ${crf.numTags} tags, but ${labels.size} labels")
             }
             return ModelCard(task, labels, length, vocabularySize, lowercase, stripAccents,
-                ids[0], ids[1], ids[2], ids[3], maxWordBytes, inputs, crf)
+                ids[0], ids[1], ids[2], ids[3], maxWordCharacters, inputs, crf)
         }
     }
 
@@ -115,7 +117,7 @@ class ModelCard(
             throw AssetException("$source has ${vocabulary.size} tokens but the model card says vocabulary_size=$vocabularySize: " +
                 "copy vocab.txt from the same export directory as the model")
         }
-        val tokenizer = WordPieceTokenizer(vocabulary, lowercase, tables, maxWordBytes,
+        val tokenizer = WordPieceTokenizer(vocabulary, lowercase, tables, maxWordCharacters,
             unknownToken = vocabulary[unknownTokenId], clsToken = vocabulary[clsTokenId],
             sepToken = vocabulary[sepTokenId], padToken = vocabulary[padTokenId])
         return tokenizer

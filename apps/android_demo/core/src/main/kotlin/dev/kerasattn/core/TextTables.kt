@@ -3,14 +3,17 @@ package dev.kerasattn.core
 import java.io.InputStream
 
 /**
- * The per-code-point answers of the Python reference that the Kotlin tokenizer and word
- * splitter look up: tensorflow-text's normalization (uncased and cased), its pre-tokenization
- * classes, and `keras_attn.text.word_splitter`'s classes (see
- * `apps/android_demo/tools/make_text_tables.py`, which measures and writes them).
+ * The per-code-point answers of the reference that the Kotlin tokenizer and word splitter
+ * look up: HF `tokenizers`' `BertNormalizer` (uncased: clean text, NFD, nonspacing marks
+ * dropped, lower-cased; cased: clean text only), `BertPreTokenizer`'s classes, and
+ * `keras_attn.text.word_splitter`'s classes (see `apps/android_demo/tools/make_text_tables.py`,
+ * which measures and writes them). The tables' `normalize_lowercase` /
+ * `normalize_strip_accents` sections serve only the Python tokenizer's mixed modes and are
+ * not read here.
  *
  * Tables instead of `java.lang.Character` / `java.text.Normalizer`: those follow the Unicode
- * version of the JVM or of the phone's Android release, and the JVM has no case folding; the
- * tables make every device answer as the Python reference does.
+ * version of the JVM or of the phone's Android release, and neither has HF's Unicode data or
+ * its CJK ranges; the tables make every device answer as the Python reference does.
  *
  * Example:
  * ```
@@ -28,10 +31,13 @@ class TextTables private constructor(
 ) {
     /**
      * What the reference normalizer makes of one code point: the code points it becomes
-     * (empty when removed). A lone UTF-16 surrogate (never in valid UTF-8) is removed.
+     * (empty when removed). CJK ideographs are not padded with spaces here: their class
+     * ([tokenizerClass]) makes each a word. A lone UTF-16 surrogate (never in valid UTF-8)
+     * is removed.
      *
      * @param codePoint the input code point.
-     * @param lowercase uncased (lower-case, NFD, accents stripped) or cased normalization.
+     * @param lowercase uncased (lower-case, NFD, nonspacing marks dropped) or cased
+     *     normalization (control characters removed, whitespace made a space).
      */
     fun normalize(codePoint: Int, lowercase: Boolean): IntArray {
         if (codePoint in 0xD800..0xDFFF) return EMPTY
@@ -44,7 +50,10 @@ class TextTables private constructor(
         return intArrayOf(codePoint)
     }
 
-    /** Pre-tokenization class of a normalized character: [WORD], [WHITESPACE] or [SINGLE]. */
+    /**
+     * Pre-tokenization class of a normalized character: [WORD], [WHITESPACE] or [SINGLE]
+     * (punctuation, CJK ideographs).
+     */
     fun tokenizerClass(codePoint: Int): Int = tokenizerClasses.classOf(codePoint)
 
     /**

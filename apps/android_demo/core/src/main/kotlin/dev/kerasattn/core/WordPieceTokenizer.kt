@@ -20,26 +20,30 @@ class ModelInputs(
 )
 
 /**
- * BERT WordPiece tokenizer, a port of tensorflow-text's `FastBertTokenizer` as keras-attn's
- * `WordPieceTokenizer` uses it (`keras_attn/text/tokenizer.py`); ids and offsets are equal to
- * the Python ones (checked on every golden vector).
+ * BERT WordPiece tokenizer: HF `tokenizers`' `BertNormalizer` + `BertPreTokenizer` +
+ * `WordPiece` (what BERT and MiniLM were pretrained with), as keras-attn's Python
+ * `WordPieceTokenizer` implements them (`keras_attn/text/tokenizer.py`); ids and offsets are
+ * equal to the Python ones (checked on every golden vector).
  *
  * Steps, per the reference:
- * 1. normalization, code point by code point ([TextTables.normalize]): control characters
- *    become spaces; uncased models also lower-case with full case folding (NFKC_Casefold:
- *    "ß" -> "ss", full-width "Ａ" -> "a", ligatures split), NFD-decompose and drop combining
- *    marks and default-ignorable characters (zero-width space, soft hyphen);
- * 2. pre-tokenization of the normalized text: whitespace separates words, each punctuation
- *    character and CJK ideograph is a word ([TextTables.tokenizerClass]);
- * 3. a word longer than `maxWordBytes` UTF-8 bytes becomes `[UNK]`; any other is split
+ * 1. normalization, code point by code point ([TextTables.normalize]): control and
+ *    private-use characters are removed, whitespace becomes a space; uncased models also
+ *    lower-case (Unicode lower-casing, not case folding: "ß" stays "ß"), NFD-decompose and
+ *    drop nonspacing marks ("é" -> "e", "a\u0301" -> "a"; "´" and "…" stay, no
+ *    compatibility mapping);
+ * 2. pre-tokenization of the normalized text ([TextTables.tokenizerClass]): whitespace
+ *    separates words, each punctuation character and CJK ideograph is a word;
+ * 3. a word of more than `maxWordCharacters` characters becomes `[UNK]`; any other is split
  *    greedily into the longest vocabulary pieces from the left, continuations prefixed
  *    with `##`; a word with no complete spelling becomes one `[UNK]`.
  *
  * Offsets are code points of the original text (Python `str` indices; convert with
- * [CodePoints.toUtf16Index] for Android spans). A piece starts at the character its first
- * normalized character came from; it ends where the next normalized character comes from
- * (so characters removed by normalization stay with the piece before them, and a piece
- * that ends inside a character's expansion, "ß" -> "s" + "##s", ends before that character).
+ * [CodePoints.toUtf16Index] for Android spans), as HF reports them: each normalized
+ * character comes from one original character and spans it; a piece spans from the
+ * character of its first normalized character to the end of the character of its last. So
+ * characters removed by normalization (combining accents, zero-width and control
+ * characters) belong to no piece ("e\u0301" -> "e" at [0, 1)), and every piece made from one
+ * character ("한" -> three jamo pieces) spans that whole character.
  *
  * Example:
  * ```
@@ -52,13 +56,14 @@ class ModelInputs(
  * @param lowercase uncased normalization (the card's `tokenizer.lowercase`; accents are
  *     stripped exactly when lower-casing, as in every keras-attn export).
  * @param tables the normalization and class tables.
- * @param maxWordBytes the reference's word limit in UTF-8 bytes after normalization.
+ * @param maxWordCharacters the word limit in characters (code points) of the normalized word,
+ *     HF's `max_input_chars_per_word`: a longer word is one `[UNK]`.
  */
 class WordPieceTokenizer(
     vocabulary: List<String>,
     val lowercase: Boolean,
     private val tables: TextTables,
-    val maxWordBytes: Int = 100,
+    val maxWordCharacters: Int = 100,
     unknownToken: String = "[UNK]",
     clsToken: String = "[CLS]",
     sepToken: String = "[SEP]",
@@ -84,7 +89,9 @@ class WordPieceTokenizer(
             if (length > longest) longest = length
         }
         maxTokenLength = longest
-        if (maxWordBytes < 1) throw IllegalArgumentException("maxWordBytes must be >= 1, got $maxWordBytes")
+        if (maxWordCharacters < 1) {
+            throw IllegalArgumentException("maxWordCharacters must be >= 1, got $maxWordCharacters")
+        }
         unknownId = special(unknownToken, "unknown")
         clsId = special(clsToken, "cls")
         sepId = special(sepToken, "sep")
@@ -118,7 +125,6 @@ class WordPieceTokenizer(
         val starts = IntList()
         val ends = IntList()
         val n = normalized.size
-        val boundary = { q: Int -> if (q < n) source[q] else codePoints.size }
         var position = 0
         while (position < n) {
             val kind = tables.tokenizerClass(normalized[position])
@@ -130,7 +136,7 @@ class WordPieceTokenizer(
             if (kind != TextTables.SINGLE) {
                 while (end < n && tables.tokenizerClass(normalized[end]) == TextTables.WORD) end += 1
             }
-            addWord(normalized, position, end, boundary, ids, starts, ends)
+            addWord(normalized, source, position, end, ids, starts, ends)
             position = end
         }
         return Pieces(ids.toArray(), starts.toArray(), ends.toArray())
@@ -165,51 +171,47 @@ class WordPieceTokenizer(
     /** Packed classifier inputs of a text: `pack(tokenize(text).ids, sequenceLength)`. */
     fun encode(text: String, sequenceLength: Int): ModelInputs = pack(tokenize(text).ids, sequenceLength)
 
+    /**
+     * The pieces of the word `normalized[begin, end)`, appended to `ids`, `starts`, `ends`;
+     * `source[q]` is the original character of `normalized[q]`.
+     */
     private fun addWord(
-        normalized: IntList, begin: Int, end: Int, boundary: (Int) -> Int,
+        normalized: IntList, source: IntList, begin: Int, end: Int,
         ids: IntList, starts: IntList, ends: IntList
     ) {
-        var bytes = 0
-        for (i in begin until end) bytes += CodePoints.utf8Length(normalized[i])
-        if (bytes > maxWordBytes) {
-            ids.add(unknownId)
-            starts.add(boundary(begin))
-            ends.add(boundary(end))
-            return
-        }
         val firstPiece = ids.size
         var position = begin
-        while (position < end) {
-            var found = -1
-            var foundEnd = position
-            var stop = minOf(end, position + maxTokenLength)
-            while (stop > position) {
-                val piece = StringBuilder()
-                if (position > begin) piece.append("##")
-                for (i in position until stop) piece.appendCodePoint(normalized[i])
-                val id = tokenToId[piece.toString()]
-                if (id != null) {
-                    found = id
-                    foundEnd = stop
-                    break
-                }
-                stop -= 1
-            }
-            if (found < 0) {
-                // No spelling of the whole word: it is one unknown token.
-                ids.truncate(firstPiece)
-                starts.truncate(firstPiece)
-                ends.truncate(firstPiece)
-                ids.add(unknownId)
-                starts.add(boundary(begin))
-                ends.add(boundary(end))
-                return
-            }
+        while (position < end && end - begin <= maxWordCharacters) {
+            val (found, foundEnd) = longestPiece(normalized, position, end, position > begin)
+            if (found < 0) break
             ids.add(found)
-            starts.add(boundary(position))
-            ends.add(boundary(foundEnd))
+            starts.add(source[position])
+            ends.add(source[foundEnd - 1] + 1)
             position = foundEnd
+            if (position == end) return
         }
+        // Too long, or no spelling of the whole word: it is one unknown token.
+        ids.truncate(firstPiece)
+        starts.truncate(firstPiece)
+        ends.truncate(firstPiece)
+        ids.add(unknownId)
+        starts.add(source[begin])
+        ends.add(source[end - 1] + 1)
+    }
+
+    /** `(id, stop)` of the longest vocabulary piece `normalized[position, stop)`, or `(-1, position)`. */
+    private fun longestPiece(normalized: IntList, position: Int, end: Int, continuation: Boolean): Pair<Int, Int> {
+        var stop = minOf(end, position + maxTokenLength)
+        val piece = StringBuilder()
+        while (stop > position) {
+            piece.setLength(0)
+            if (continuation) piece.append("##")
+            for (i in position until stop) piece.appendCodePoint(normalized[i])
+            val id = tokenToId[piece.toString()]
+            if (id != null) return Pair(id, stop)
+            stop -= 1
+        }
+        return Pair(-1, position)
     }
 }
 
