@@ -1,7 +1,7 @@
 """`keras_attn.export.golden_vectors`: the model card and the golden records the Kotlin core is
 checked against. Each record is decoded again here by independent code (numpy softmax and
 argmax, brute-force CRF paths, a direct reading of the tags) and must agree; the Unicode
-tables of the Kotlin tokenizer are checked against tensorflow-text."""
+tables of the Kotlin tokenizer are checked against HF `tokenizers`."""
 
 import itertools
 import json
@@ -273,18 +273,21 @@ def test_write_golden_vectors_rejects_unknown_tasks(tokenizers, tmp_path):
 
 
 def test_normalization_is_per_code_point_as_the_tables_assume():
-    import tensorflow as tf
-    import tensorflow_text as tf_text
+    import tokenizers.normalizers
 
     texts = (HARD_CASES + tool("make_golden_vectors").sweep_texts(100) +
              shared_data_file("sst2/dev.tsv").read_text("utf-8").splitlines()[1:200])
     for lowercase in (True, False):
-        normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=lowercase)
-        whole = [t.decode() for t in normalizer.normalize(tf.constant(texts)).numpy()]
+        normalizer = tokenizers.normalizers.BertNormalizer(lowercase=lowercase)
+        whole = [normalizer.normalize_str(text) for text in texts]
         characters = sorted({c for text in texts for c in text})
-        single = dict(zip(characters, (t.decode() for t in normalizer.normalize(
-            tf.constant(characters)).numpy())))
+        single = {c: normalizer.normalize_str(c) for c in characters}
         assert whole == ["".join(single[c] for c in text) for text in texts]
+
+
+def test_library_and_kotlin_tables_are_the_same_file():
+    library = pathlib.Path(__file__).resolve().parents[1] / "keras_attn" / "text"
+    assert (library / "bert_text_tables.txt").read_bytes() == TABLES.read_bytes()
 
 
 @pytest.mark.slow
@@ -305,12 +308,15 @@ def test_committed_tables_spot_checks():
             sections[name + "_lines"] = []
         elif not line.startswith("#") and line != "end":
             sections[current + "_lines"].append(line)
-    for name in ("normalize_uncased", "normalize_cased", "tokenizer_classes",
+    for name in ("normalize_uncased", "normalize_cased", "normalize_lowercase",
+                 "normalize_strip_accents", "tokenizer_classes",
                  "word_classes_strip_accents", "word_classes_keep_accents"):
         assert len(sections[name + "_lines"]) == sections[name]
     uncased = sections["normalize_uncased_lines"]
     assert "R 41 26 1 32" in uncased  # A-Z -> a-z
-    assert "M DF 73 73" in uncased  # ß -> ss
+    # BERT keeps "ß" and "…" (tf-text's case folding made them "ss" and "...").
+    assert not any(line.split()[1] in ("DF", "2026") for line in uncased)
+    assert any(line.startswith("E AD ") for line in uncased)  # soft hyphen removed
     assert "H AC00 D7A3" in uncased
     assert not any(line.startswith(("H", "M")) for line in sections["normalize_cased_lines"])
     assert json.dumps(lines[-1]) == '"end"'
