@@ -332,8 +332,9 @@ class RunExporter:
             for f in step.files(plan):
                 if f.source == "int8":
                     _remove(self.output_dir / f.file)
-        self.qat_run.write_finish(chosen, {**self.qat_run.metrics(),
-                                           "quantization_budget": self.budget})
+        with run_lock(writes=[self.qat_run.path]):  # the quantize stage's lock, again
+            self.qat_run.write_finish(chosen, {**self.qat_run.metrics(),
+                                               "quantization_budget": self.budget})
         self.log(f"  {self.qat_run.path / 'model.keras'}: float ops {list(chosen.float_ops)}")
         os.replace(trial, path)
         _remove(trial.parent)
