@@ -162,7 +162,7 @@ def test_model_card_fields(tokenizers):
     assert t["vocabulary_size"] == len(vocab) == 30522
     assert [vocab[t[k]] for k in ("cls_token_id", "sep_token_id", "pad_token_id",
                                   "unknown_token_id")] == ["[CLS]", "[SEP]", "[PAD]", "[UNK]"]
-    assert t["max_word_bytes"] == 100
+    assert t["max_word_characters"] == 100 and "max_word_bytes" not in t
     classifier_card = golden_vectors.model_card("classification", ["neg", "pos"], LENGTH,
                                                 uncased, lowercase=True)
     assert classifier_card["outputs"][0]["shape"] == [1, 2]
