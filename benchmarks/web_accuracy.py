@@ -230,7 +230,7 @@ def run_routes(model, texts):
         out = run(["node", str(WEB / "tools" / "page_predict.mjs"), str(model),
                    str(texts_path), "--logits"], cwd=WEB)
     page = []
-    for line in filter(str.strip, out.splitlines()):
+    for line in filter(str.strip, out.split("\n")):  # not splitlines: U+2028 is in texts
         record = json.loads(line)
         logits = record.pop("logits")
         page.append({"logits": logits, "result": {k: v for k, v in record.items()
@@ -256,6 +256,14 @@ def evaluate(model, texts, rules):
                          for a, b in zip(python, page))}
 
 
+def largest_difference(python, page):
+    """The largest |Δlogit| over pairs of outputs (`inf` where their shapes differ)."""
+    def difference(a, b):
+        x, y = rows(a["logits"]), rows(b["logits"])
+        return float(np.abs(x - y).max(initial=0.0)) if x.shape == y.shape else float("inf")
+    return max((difference(a, b) for a, b in zip(python, page)), default=0.0)
+
+
 def identical(a, b):
     """Bit-identical logits and the same answer."""
     x, y = rows(a["logits"]), rows(b["logits"])
@@ -275,13 +283,10 @@ def report(title, outcome, metrics):
     python, page, parity = outcome["python"], outcome["page"], outcome["parity"]
     agree = sum(same(a["result"], b["result"]) for a, b in zip(python, page))
     alike = sum(identical(a, b) for a, b in zip(python, page))
-    moved = max(float(np.abs(rows(a["logits"]) - rows(b["logits"])).max(initial=0.0))
-                if rows(a["logits"]).shape == rows(b["logits"]).shape else float("inf")
-                for a, b in zip(python, page))
+    moved = f"{largest_difference(python, page):.1e}"
     if parity is not None:
-        moved = f"{parity['max_steps']:.0f} int8 steps ({moved:.1e})"
-    else:
-        moved = f"{moved:.1e}"
+        steps = parity["max_steps"]
+        moved = f"{steps:g} int8 step{'' if steps == 1 else 's'} ({moved})"
     n = len(python)
     lines = [title, "", "| route | metric | same answer as Python | bit-identical logits | "
              "max \\|Δlogit\\| | max \\|Δp\\| |", "| --- | ---: | ---: | ---: | ---: | ---: |"]

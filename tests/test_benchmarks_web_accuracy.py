@@ -134,3 +134,43 @@ def test_bad_arguments_and_float_files():
         web_accuracy.int8_parity([], [], [], None, RULES)
     assert web_accuracy.float_parity(["t"], [_label([1, 0])], [_label([1, 0.5])]) == []
     assert len(web_accuracy.float_parity(["t"], [_label([1, 0])], [_label([0, 1])])) == 1
+
+
+def test_the_docs_table_row_counts_what_the_rules_count():
+    table = load_script("benchmarks/web_parity_table.py")
+    python = [_label([i, 0]) for i in range(20)]
+    page = [_label([0.5, 1.5]) if i == 1 else o for i, o in enumerate(python)]  # 3 steps, flip
+    parity = web_accuracy.int8_parity([f"t{i}" for i in range(20)], python, page, STEP, RULES)
+    outcome = {"python": python, "page": page, "parity": parity, "failures": parity["failures"]}
+    assert table.table_row("x", "sentiment", "f.tflite", "golden", outcome) == \
+        "| x, sentiment | `f.tflite` | 20 golden | 19 | 3 steps | 2.0 | 19 | kept |"
+    outcome["parity"] = None
+    outcome["failures"] = web_accuracy.float_parity([f"t{i}" for i in range(20)], python, page)
+    assert table.table_row("x", "sentiment", "f.tflite", "golden", outcome) == \
+        "| x, sentiment | `f.tflite` | 20 golden |  | 1.5e+00 |  | 19 | 1 broken |"
+
+
+@pytest.mark.parametrize("task", ["classification", "ner"])
+def test_the_recorded_browser_outputs_get_the_browser_tests_verdicts(task):
+    # The outputs apps/web_demo/test/parity.test.ts replays (recorded by the browser test on
+    # the test exports): the page's keep the rules, a nudged file's and a dropped token break
+    # them, in Python as in e2e/parity.ts.
+    recorded = json.loads((web_accuracy.WEB / "test" / "fixtures" / "int8_parity.json")
+                          .read_text("utf-8"))[task]
+
+    def outputs(items):  # the recording's shortest decimals, back to float32
+        return [{"logits": np.asarray(o["logits"], np.float32).astype(float).tolist(),
+                 "result": o["result"]} for o in items]
+
+    texts = [r["text"] for r in recorded["records"]]
+    python, page = outputs(recorded["records"]), outputs(recorded["page"])
+    rules = web_accuracy.load_rules()
+    kept = web_accuracy.int8_parity(texts, python, page, recorded["step"], rules)
+    assert kept["failures"] == [] and kept["max_steps"] == (1 if task == "ner" else 0)
+    nudged = web_accuracy.int8_parity(texts, python, outputs(recorded["nudged"]["page"]),
+                                      recorded["step"], rules)
+    assert nudged["identical"] < 0.5 * len(texts) and nudged["failures"]
+    rows = web_accuracy.rows(page[-1]["logits"]).tolist()
+    page[-1]["logits"] = rows[:-1] if task == "ner" else [rows[0][1:]]  # a token, a label
+    dropped = web_accuracy.int8_parity(texts, python, page, recorded["step"], rules)
+    assert "a token dropped or added" in dropped["failures"][0]

@@ -14,7 +14,9 @@
  *    both sides have the same rows: one per real token for a tagger);
  * 3. a row's answer (its argmax; per token for a tagger) may differ only where Python's own
  *    top-two margin on that row is below `near_tie_steps` steps, and a text's answer (label,
- *    or entities, words and tags) may differ only where such a row flipped.
+ *    or entities, words and tags) may differ only where such a row flipped (for a CRF tagger,
+ *    whose Viterbi path can change with no emission's argmax changing, this is stricter than
+ *    its decoding needs: such a change fails rather than passes unexplained).
  */
 import RULES from "./parity_rules.json" with { type: "json" };
 
