@@ -166,7 +166,10 @@ def _graph_model(model, variants):
                 "`QatBert.from_float(model)` after QAT or `calibrate`, or ask for "
                 "`int8_ptq`. Received: model=" + type(model).__name__
             )
-        return QatBert.from_float(model, quantize=False).emissions_model()
+        # Named after the model, not by Keras' counter: the file's tensor names (and so its
+        # bytes) must not depend on how many models this process built before.
+        return QatBert.from_float(model, quantize=False,
+                                  name=f"{model.name}_graph").emissions_model()
     if not isinstance(model, QatBert):
         raise ValueError(
             "`model` must be a QatBert, BertClassifier or BertTokenClassifier. "
