@@ -23,6 +23,9 @@ from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.resources import minilm_directory
 from tests.resources import shared_data_file
 
+# The tokenizer is TensorFlow by design (tf-text): the JAX stage has nothing to add here.
+pytestmark = pytest.mark.tensorflow
+
 HARD_CASES = TOKENIZER_HARD_CASES
 MODES = [(True, True), (False, False), (True, False), (False, True)]
 # Every assigned code point up to U+1FFFF (Python 3.11's Unicode 14.0), surrogates aside.
