@@ -373,3 +373,38 @@ def test_metadata_makes_the_text_file_self_describing(tokenizer, classifier, tag
     entities = load_predictor(path).predict(ner_texts)
     assert entities == load_predictor(side).predict(ner_texts)
     assert any(result["entities"] for result in entities)
+
+
+def _difference_class(char):
+    category = unicodedata.category(char)
+    if category in ("Co", "Cn", "Cc"):
+        return {"Co": "private use", "Cn": "unassigned", "Cc": "control"}[category]
+    decomposed = unicodedata.normalize("NFD", char)
+    if any(unicodedata.decomposition(c).startswith("<") for c in decomposed):
+        return "compatibility"
+    if char.casefold() != char.lower():
+        return "case folding"
+    return "format or Unicode version"
+
+
+def test_the_files_kernels_differ_from_the_tokenizer_only_on_the_documented_code_points(
+    tokenizer,
+):
+    """Every code point up to U+1FFFF as "a{c}b": where tf-text's fused kernels (the ones
+    model_text.tflite holds) give other pieces than WordPieceTokenizer, counted by class
+    (docs/text.md). None of them is in FUSED_SAFE_UNCASED."""
+    fused = tf_text.FastBertTokenizer(vocab=tokenizer.get_vocabulary(), token_out_type=tf.int32,
+                                      lower_case_nfd_strip_accents=True)
+    codes = [c for c in range(0x20000) if not 0xD800 <= c <= 0xDFFF]
+    texts = [f"a{chr(c)}b" for c in codes]
+    ours, theirs = tokenizer.tokenize(texts).to_list(), fused.tokenize(texts).to_list()
+    differing = [c for c, a, b in zip(codes, ours, theirs) if a != b]
+    counts = {}
+    for code in differing:
+        kind = _difference_class(chr(code))
+        counts[kind] = counts.get(kind, 0) + 1
+    assert counts == {"private use": 6400, "compatibility": 3405, "format or Unicode version": 518,
+                      "unassigned": 176, "case folding": 74, "control": 62}
+    safe = tf.strings.regex_full_match([chr(c) for c in differing],
+                                       f"[{FUSED_SAFE_UNCASED}]").numpy()
+    assert not safe.any()
