@@ -9,6 +9,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.session_cache import set_session_root  # noqa: E402
+
 # Scripts that made the reference fixtures; they need PyTorch and run outside the suite.
 collect_ignore = ["tests/fixtures"]
 
@@ -26,6 +28,16 @@ def pytest_collection_modifyitems(config, items):
         in_tf_package = any(f"/keras_attn/{name}/" in str(item.path) for name in TF_PACKAGES)
         if item.get_closest_marker("tensorflow") or in_tf_package:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory, request):
+    """One directory for the runs the whole session shares (`tests/session_cache.py`):
+    pytest-xdist workers' base temp directories sit in the controller's, so theirs is common."""
+    base = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):
+        base = base.parent
+    set_session_root(base / "session_cache")
 
 
 @pytest.fixture(autouse=True)

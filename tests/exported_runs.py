@@ -4,7 +4,9 @@
 16; the data of `tests/test_trainer.py` and `tests/test_run_exporter.py`) with
 `keras-attn train`'s `Trainer` and export it with `export_run` at the cheapest settings
 (calibration-only QAT, one latency run, no golden data sentences). Each returns
-`(run_dir, export_dir)`. About 40 s per run on 2 busy cores.
+`(run_dir, export_dir)`, copies under `root` of one run made once per test session and shared
+by the pytest-xdist workers (`tests/session_cache.py`): the training and export took 60-300 s
+per call on 2 busy cores, and several test modules read the same run.
 """
 
 import pathlib
@@ -14,6 +16,8 @@ from keras_attn.export.run_exporter import export_run
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
+from tests.session_cache import cached_directory
+from tests.session_cache import copy_into
 from tests.test_run_exporter import FILLER
 from tests.test_run_exporter import TAGS
 from tests.test_run_exporter import write_conll
@@ -28,21 +32,30 @@ QUICK_EXPORT = dict(quantization=QuantizationRecipe.all_int8(calibration_example
 def _train_and_export(root, values):
     Trainer(TrainingConfig.from_dict(values)).run()
     export_run(root / "run", root / "export", ExportOptions(**QUICK_EXPORT))
+
+
+def _shared(key, build, root):
+    """`(run_dir, export_dir)` under `root`: a copy of the session's run made by `build`."""
+    root = copy_into(cached_directory(key, build), root)
     return root / "run", root / "export"
+
+
+def _classification(root):
+    data = write_data(root / "data")
+    _train_and_export(root, config_dict(data, root / "run", epochs=10, learning_rate=1e-2))
 
 
 def classification_run(root):
     """A sentiment run (labels "0"/"1": whether a positive word occurs) and its export."""
-    root = pathlib.Path(root)
-    data = write_data(root / "data")
-    return _train_and_export(root, config_dict(data, root / "run", epochs=10,
-                                               learning_rate=1e-2))
+    return _shared("classification_run", _classification, root)
 
 
 def ner_run(root, use_crf=False):
     """A tagger (softmax, or CRF with `use_crf`) of LOC and PER entities ("paris",
     "new york", "marco smith") and its export."""
-    return _train_and_export(pathlib.Path(root), ner_config(root, use_crf))
+    return _shared(f"ner_run_crf_{use_crf}",
+                   lambda directory: _train_and_export(directory, ner_config(directory, use_crf)),
+                   root)
 
 
 def ner_config(root, use_crf=False):
