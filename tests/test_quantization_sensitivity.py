@@ -10,7 +10,7 @@ pytestmark = pytest.mark.tensorflow
 
 
 def _calibrated(num_outputs=3, **kwargs):
-    qat = QatBert(vocabulary_size=40, num_layers=3, num_heads=2, hidden_dim=16,
+    qat = QatBert(vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=16,
                   intermediate_dim=32, max_sequence_length=12, num_outputs=num_outputs,
                   float_residual=True, **kwargs)
     rng = np.random.default_rng(0)
