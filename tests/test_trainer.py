@@ -270,6 +270,9 @@ def test_two_workers_on_localhost_train_one_model(tmp_path):
     assert (tmp_path / "multi" / "metrics.json").is_file()
 
 
+# Slow (170 s of the default suite under load): the default suite keeps two workers training
+# one float model (above) and QAT in one process (test_quantization_aware_training_*).
+@pytest.mark.slow
 def test_two_workers_train_one_quantization_aware_model(tmp_path):
     # QAT's calibration (channel sort, ranges) runs eagerly on each worker before the first
     # update; both must reach the same model, and the same as one process would.
