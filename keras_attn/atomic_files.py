@@ -101,13 +101,14 @@ def remove_stale_temporaries(directory):
     removed = []
     for path in sorted(directory.glob(f"{TEMPORARY_PREFIX}*")):
         pid = path.name[len(TEMPORARY_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isdigit() and not process_running(int(pid)):
             _remove(path)
             removed.append(path.name)
     return removed
 
 
-def _running(pid):
+def process_running(pid):
+    """Whether process `pid` of this host is alive (another user's counts as alive)."""
     if pid == os.getpid():
         return True
     try:

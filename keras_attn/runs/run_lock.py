@@ -46,6 +46,7 @@ import threading
 import time
 
 from keras_attn import atomic_files
+from keras_attn.atomic_files import process_running
 from keras_attn.errors import KerasAttnError
 
 LOCK_FILE = ".keras-attn.lock"  # the holder files are LOCK_FILE + ".<host>.<pid>.json"
@@ -248,7 +249,7 @@ def _take_over(key, exclusive):
     for path, record in _holders(key):
         same_host = record["host"] == host
         stale = exclusive or record["mode"] == "writing" or (
-            same_host and (record["pid"] == os.getpid() or not _running(record["pid"])))
+            same_host and (record["pid"] == os.getpid() or not process_running(record["pid"])))
         if stale:
             _remove(path)
             logger.warning(f"{key}: took over the lock of {_described(record)}, which "
@@ -258,8 +259,8 @@ def _take_over(key, exclusive):
 def _refusal(key, exclusive):
     """The `RunLockedError` message: who holds `key` and what to do."""
     host = socket.gethostname()
-    live = [r for _, r in _holders(key)
-            if not (r["host"] == host and (r["pid"] == os.getpid() or not _running(r["pid"])))]
+    live = [r for _, r in _holders(key) if not (
+        r["host"] == host and (r["pid"] == os.getpid() or not process_running(r["pid"])))]
     writing = [r for r in live if r["mode"] == "writing"]
     shown = writing or live
     if shown:
@@ -289,16 +290,6 @@ def _command():
         "python -c" if argv0 == "-c" else os.path.basename(argv0)
     text = " ".join([program, *map(shlex.quote, sys.argv[1:])])
     return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _running(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def _remove(path):
