@@ -75,6 +75,9 @@ def test_bad_options_fail_before_any_training(tmp_path):
     assert not (tmp_path / "sentiment").exists()
 
 
+# The whole demo (two trainings and exports, then a re-run): 190 s of the default suite's
+# 1,188 s on a quiet 2-core machine, the longest test there. CI's slow stage runs it.
+@pytest.mark.slow
 def test_demo_pipeline_writes_the_summary_and_reuses_finished_steps(tmp_path, monkeypatch):
     options = ExportOptions(latency_runs=2, latency_threads=(1,), golden_examples=4,
                             quantization=QuantizationRecipe(calibration_examples=8))
