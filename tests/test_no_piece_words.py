@@ -31,6 +31,8 @@ from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
 
+pytestmark = pytest.mark.tensorflow  # tf-text, tf.data and the trainer on tf.distribute
+
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "new", "york", "met", "anna",
          "in", "paris", "@", "user", "!", "good", "film", "bad", "plot", "smith"]
 ID = {token: index for index, token in enumerate(VOCAB)}
