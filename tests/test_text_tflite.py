@@ -27,9 +27,9 @@ from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.text.entity_prediction import ner_model_inputs
 from keras_attn.text.entity_prediction import predict_entities
+from keras_attn.text.fused_bert_path import FUSED_SAFE_UNCASED
 from keras_attn.text.hard_cases import HARD_CASES
 from keras_attn.text.label_vocabulary import LabelVocabulary
-from keras_attn.text.tokenizer import FUSED_SAFE_UNCASED
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.text.word_splitter import split_words
 from tests.resources import minilm_directory

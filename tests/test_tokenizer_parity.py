@@ -16,9 +16,9 @@ import tensorflow_text as tf_text
 import tokenizers
 import tokenizers.normalizers
 
+from keras_attn.text.fused_bert_path import FUSED_SAFE_CASED
+from keras_attn.text.fused_bert_path import FUSED_SAFE_UNCASED
 from keras_attn.text.hard_cases import TOKENIZER_HARD_CASES
-from keras_attn.text.tokenizer import FUSED_SAFE_CASED
-from keras_attn.text.tokenizer import FUSED_SAFE_UNCASED
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.resources import minilm_directory
 from tests.resources import shared_data_file

@@ -31,7 +31,7 @@ Signature `serving_default`, input `text`, outputs:
 Tokenizer. TFLite runs only builtin and tf-text ops, so the graph holds tf-text's fused
 `FastBertTokenizer` kernels (NFKC case folding) and not `WordPieceTokenizer`'s BERT tables:
 ids and offsets equal `WordPieceTokenizer` (and HF `tokenizers`) on text made only of the
-characters of `keras_attn.text.tokenizer.FUSED_SAFE_UNCASED` (ASCII, Latin-1 and Latin
+characters of `keras_attn.text.fused_bert_path.FUSED_SAFE_UNCASED` (ASCII, Latin-1 and Latin
 Extended-A letters, Vietnamese; `FUSED_SAFE_CASED` for cased models), and differ elsewhere
 as docs/text.md lists ("…" three "." pieces, "ß" -> "ss", words over 100 bytes). The ids-in
 files, the SavedModel and the phone and web tokenizers have no such difference.

@@ -15,6 +15,7 @@ import tensorflow_text as tf_text
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_int
 from keras_attn.text.bert_words import bert_words
+from keras_attn.text.fused_bert_path import FusedBertPath
 from keras_attn.text.vocabulary import check_vocabulary
 from keras_attn.text.vocabulary import load_vocabulary
 
@@ -29,18 +30,6 @@ _MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD
 # made the unknown token afterwards): a private-use character, which normalization removes,
 # so no word of a text holds it.
 _LONG_WORD = "\U0010fffd"
-# Characters each of which tf-text's fused BERT normalizer maps to the same single printable
-# ASCII character (or space) as BERT's: text made only of them takes the fused kernels (one
-# op instead of the table lookups), and its normalized text has one byte per character, so
-# the kernels' byte offsets are code-point offsets. Checked on each code point by
-# tests/test_tokenizer_parity.py.
-FUSED_SAFE_UNCASED = (
-    r"\t\n\r -~\x{a0}\x{c0}-\x{c5}\x{c7}-\x{cf}\x{d1}-\x{d6}\x{d9}-\x{dd}\x{e0}-\x{e5}"
-    r"\x{e7}-\x{ef}\x{f1}-\x{f6}\x{f9}-\x{fd}\x{ff}-\x{10f}\x{112}-\x{125}\x{128}-\x{130}"
-    r"\x{134}-\x{137}\x{139}-\x{13e}\x{143}-\x{148}\x{14c}-\x{151}\x{154}-\x{165}"
-    r"\x{168}-\x{17e}\x{1e00}-\x{1e99}\x{1ea0}-\x{1ef9}\x{2000}-\x{200a}\x{3000}"
-)
-FUSED_SAFE_CASED = r"\t\n\r -~"
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -167,24 +156,13 @@ class WordPieceTokenizer(keras.layers.Layer):
         self._token_to_id = {token: index for index, token in enumerate(tokens)}
 
         self._wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=tokens,
-            suffix_indicator="##",
-            max_bytes_per_word=_MAX_BYTES_PER_WORD,
-            token_out_type=tf.int32,
-            unknown_token=unknown_token,
-            no_pretokenization=True,
-            support_detokenization=True,
-        )
-        # The fast path (see FUSED_SAFE_UNCASED) exists for BERT's two usual modes.
-        self._fused_pattern = None
+            vocab=tokens, suffix_indicator="##", max_bytes_per_word=_MAX_BYTES_PER_WORD,
+            token_out_type=tf.int32, unknown_token=unknown_token, no_pretokenization=True,
+            support_detokenization=True)
+        # The fast path exists for BERT's two usual modes (uncased and cased).
+        self._fused = None
         if self.lowercase == self.strip_accents:
-            safe = FUSED_SAFE_UNCASED if self.lowercase else FUSED_SAFE_CASED
-            self._fused_pattern = f"[{safe}]*"
-            self._fused_normalizer = tf_text.FastBertNormalizer(
-                lower_case_nfd_strip_accents=self.lowercase)
-            self._fused_wordpiece = tf_text.FastWordpieceTokenizer(
-                vocab=tokens, suffix_indicator="##", max_bytes_per_word=MAX_CHARS_PER_WORD,
-                token_out_type=tf.int32, unknown_token=unknown_token)
+            self._fused = FusedBertPath(tokens, unknown_token, self.lowercase, MAX_CHARS_PER_WORD)
 
     # --- Vocabulary -----------------------------------------------------------------
 
@@ -266,28 +244,21 @@ class WordPieceTokenizer(keras.layers.Layer):
 
     def _pieces(self, texts, with_offsets):
         """Ids (and offsets) of `(B,)` texts: the fused kernels for texts made only of
-        `FUSED_SAFE_*` characters, the table path for the others, in the input's order."""
-        if self._fused_pattern is None:
+        `fused_bert_path.FUSED_SAFE_*` characters, the tables for the others, in order."""
+        if self._fused is None:
             return self._table_pieces(texts, with_offsets)
-        fused = tf.strings.regex_full_match(texts, self._fused_pattern)  # (B,)
+        fused = self._fused.matches(texts)  # (B,)
         # All fused (the usual batch of ASCII or Latin text): no table ops at all.
         return tf.cond(
             tf.reduce_all(fused),
-            lambda: self._fused_pieces(texts, with_offsets),
+            lambda: self._fused.pieces(texts, with_offsets),
             lambda: self._mixed_pieces(texts, fused, with_offsets),
         )
-
-    def _fused_pieces(self, texts, with_offsets):
-        normalized = self._fused_normalizer.normalize(texts)  # (B,)
-        if with_offsets:
-            ids, starts, ends = self._fused_wordpiece.tokenize_with_offsets(normalized)
-            return ids, tf.cast(starts, tf.int32), tf.cast(ends, tf.int32)
-        return (self._fused_wordpiece.tokenize(normalized),)
 
     def _mixed_pieces(self, texts, fused, with_offsets):
         fused_rows = tf.where(fused)[:, 0]  # (B_f,)
         table_rows = tf.where(~fused)[:, 0]  # (B_t,)
-        fast = self._fused_pieces(tf.gather(texts, fused_rows), with_offsets)
+        fast = self._fused.pieces(tf.gather(texts, fused_rows), with_offsets)
         slow = self._table_pieces(tf.gather(texts, table_rows), with_offsets)
         order = tf.argsort(tf.concat([fused_rows, table_rows], 0))  # (B,)
         return tuple(tf.gather(tf.concat([a, b], 0), order) for a, b in zip(fast, slow))
