@@ -125,17 +125,11 @@ def align_word_labels(
             tf.where(is_first, tf.gather(flat_labels, piece_word), ignore_label)
         )  # (B, None)
 
-    pieces_per_word = tf.cast(words.row_lengths(), tf.int32)  # (total_words,)
     num_truncated_words = tf.zeros([batch_size], tf.int32)
     if sequence_length is not None:
         body_length = sequence_length - 2
-        word_start_in_sentence = word_starts - tf.gather(sentence_starts, word_row)
-        cut = (word_start_in_sentence >= body_length) & (pieces_per_word > 0)
-        num_truncated_words = tf.math.unsorted_segment_sum(
-            tf.cast(cut, tf.int32), word_row, batch_size
-        )  # (B,)
-        flat = flat[:, :body_length]
-        word_ids = word_ids[:, :body_length]
+        num_truncated_words = _words_cut(words, word_row, sentence_starts, body_length)
+        flat, word_ids = flat[:, :body_length], word_ids[:, :body_length]
         if labels is not None:
             labels = labels[:, :body_length]
 
@@ -151,6 +145,22 @@ def align_word_labels(
     if labels is not None:
         outputs["labels"] = _wrap(labels, ignore_label, ignore_label, tf.int32)
     return outputs
+
+
+def _words_cut(words, word_row, sentence_starts, body_length):
+    """(B,) int32: per sentence, the words whose first subword lies past `body_length`.
+
+    Args:
+        words: `tf.RaggedTensor` (total_words, None), the subwords of each word.
+        word_row: int32 (total_words,), the sentence of each word.
+        sentence_starts: int32 (B,), the flat index of each sentence's first subword.
+        body_length: int, subwords kept between `[CLS]` and `[SEP]`.
+    """
+    word_starts = tf.cast(words.row_starts(), tf.int32)  # (total_words,)
+    start_in_sentence = word_starts - tf.gather(sentence_starts, word_row)  # (total_words,)
+    cut = (start_in_sentence >= body_length) & (words.row_lengths() > 0)  # (total_words,)
+    return tf.math.unsorted_segment_sum(
+        tf.cast(cut, tf.int32), word_row, tf.shape(sentence_starts)[0])  # (B,)
 
 
 def _check_alignment_arguments(word_piece_ids, sequence_length):
