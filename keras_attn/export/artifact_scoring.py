@@ -66,6 +66,8 @@ class ArtifactScorer:
         model: the float Keras model (its CRF weights decode a CRF tagger's emissions).
         labels: the run's `LabelVocabulary`.
         tagger: whether the outputs are per word piece.
+
+    `on(examples)` gives a scorer of other examples that shares this one's traced models.
     """
 
     def __init__(self, examples, length, model, labels, tagger):
@@ -73,6 +75,12 @@ class ArtifactScorer:
         self.model, self.labels, self.tagger = model, labels, tagger
         self.use_crf = bool(getattr(model, "use_crf", False))
         self._predictors = {}  # id(model) -> (model, its traced predict), made once each
+
+    def on(self, examples):
+        """A scorer of `examples` for the same model, reusing the Keras models traced here."""
+        scorer = ArtifactScorer(examples, self.length, self.model, self.labels, self.tagger)
+        scorer._predictors = self._predictors
+        return scorer
 
     def keras_predict(self, model):
         """`traced_predict(model)`, made once per model and kept: a new `tf.function` per

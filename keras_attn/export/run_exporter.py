@@ -283,8 +283,7 @@ class RunExporter:
             return start
         split, examples = held_out_examples(self.source, self.recipe, self.length)
         same = split == self.eval_split and self.options.max_eval_examples is None
-        scorer = self.scorer if same else ArtifactScorer(examples, self.length, self.model,
-                                                         self.labels, self.tagger)
+        scorer = self.scorer if same else self.scorer.on(examples)
         self.log(f"int8 budget on model_int8.tflite (LiteRT, XNNPACK): {len(examples):,} "
                  f"{split} examples")
         step, path = TFLiteStep(), self.output_dir / "model_int8.tflite"
