@@ -37,7 +37,9 @@ def compare(outputs, reference):
 
 def traced_predict(model):
     """`x -> numpy logits` of a Keras task model, traced once for every batch and length (a
-    shape-generic signature), so scoring many artifacts does not retrace per call. A CRF
+    shape-generic signature) into one concrete function that every call runs: nothing is
+    retraced, and TensorFlow's frequent-retracing detector, which counts the first trace of
+    each model under the one code object of `call`, never sees the calls. A CRF
     tagger gives its emissions (`logits`; the tags are decoded outside the network), and its
     `label_mask` input, which only the tags read, is filled with the padding mask."""
     crf = isinstance(model.output, dict)
@@ -50,9 +52,11 @@ def traced_predict(model):
         outputs = model(x, training=False)
         return outputs["logits"] if crf else outputs
 
+    concrete = call.get_concrete_function()
+
     def predict(x):
         x = {name: tf.constant(np.asarray(x[name], "int32")) for name in signature}
-        return keras.ops.convert_to_numpy(call(x))
+        return keras.ops.convert_to_numpy(concrete(x))
 
     return predict
 
@@ -83,9 +87,7 @@ class ArtifactScorer:
         return scorer
 
     def keras_predict(self, model):
-        """`traced_predict(model)`, made once per model and kept: a new `tf.function` per
-        use (whose Python function may reuse a collected one's address) made TensorFlow's
-        retracing detector count traces of different functions as retraces."""
+        """`traced_predict(model)`, made once per model and kept (tracing is the slow part)."""
         if id(model) not in self._predictors:
             self._predictors[id(model)] = (model, traced_predict(model))
         return self._predictors[id(model)][1]
