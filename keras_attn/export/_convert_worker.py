@@ -1,7 +1,7 @@
-"""Subprocess entry of `keras_attn.export.tflite_export.export_tflite` (the TFLite
-converter leaks memory, so each export runs in a fresh process).
+"""The conversion job of `keras_attn.export.tflite_export.export_tflite`, run in the child
+process of `keras_attn.export.converter_process` (the TFLite converter leaks memory).
 
-Usage: python -m keras_attn.export._convert_worker JOB.json
+By hand, to see a conversion's whole output: python -m keras_attn.export._convert_worker JOB
 """
 
 import json

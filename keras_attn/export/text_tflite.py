@@ -51,14 +51,12 @@ mode, compatibility characters that normalize to punctuation ("…" becomes thre
 Conversion: the variables are frozen into constants (tracked Keras 3 variables stay
 VAR_HANDLE / READ_VARIABLE ops in a TFLite model and read as NaN), the tf-text ops are called
 without their ragged wrappers (whose `RaggedRange`/ragged gathers are neither builtins nor
-tf-text custom ops), and the converter (builtins plus `allow_custom_ops`) runs in a
-subprocess: it leaks memory when it runs many times in one process.
+tf-text custom ops), and the converter (builtins plus `allow_custom_ops`) runs in the child process of
+`keras_attn.export.converter_process`: it leaks memory when it runs many times in one process.
 """
 
 import logging
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -70,6 +68,7 @@ from ai_edge_litert.interpreter import InterpreterWithCustomOps
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_attn import atomic_files
+from keras_attn.export.converter_process import run_job
 from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.layers.crf import viterbi_decode
@@ -275,8 +274,8 @@ def _frozen_saved_model(function, directory):
 
 
 def export_text_tflite(model, tokenizer, output_path, timeout=1800):
-    """Writes `model_text.tflite` (raw text in, see the module docstring), converted in a
-    subprocess.
+    """Writes `model_text.tflite` (raw text in, see the module docstring), converted in the
+    converter's child process (`keras_attn.export.converter_process`).
 
     Args:
         model: a float `BertClassifier` or `BertTokenClassifier` (optionally with CRF).
@@ -316,17 +315,13 @@ def export_text_tflite(model, tokenizer, output_path, timeout=1800):
             atomic_files.atomic_path(output_path) as converted:
         saved = _frozen_saved_model(function, os.path.join(work, "saved_model"))
         started = time.perf_counter()
-        process = subprocess.run(
-            [sys.executable, "-m", "keras_attn.export.text_tflite", saved, str(converted)],
-            capture_output=True, text=True, timeout=timeout,
-        )
-        if process.returncode != 0 or not converted.is_file():
-            lines = process.stderr.strip().splitlines()
+        result = run_job("keras_attn.export.text_tflite:_convert_saved_model",
+                         [saved, str(converted)], timeout=timeout)
+        if not result.ok or not converted.is_file():
+            lines = (result.log + result.detail).strip().splitlines()
             errors = [line[:2000] for line in lines if "error" in line.lower()]
             raise TFLiteExportError(
-                f"Text TFLite conversion failed (exit code {process.returncode}):\n"
-                + "\n".join((errors or lines)[-30:])
-            )
+                "Text TFLite conversion failed:\n" + "\n".join((errors or lines)[-30:]))
         logger.info("Converted the text TFLite model in %.1f s", time.perf_counter() - started)
         report = tflite_op_report(converted)
         unexpected = sorted(set(report["custom_ops"]) - set(expected))
@@ -415,7 +410,8 @@ def decode_text_entities(outputs, text, label_vocabulary, crf=None):
     }
 
 
-def _convert_main(saved_model_dir, output_path):
+def _convert_saved_model(saved_model_dir, output_path):
+    """The converter's job (run by `converter_process.run_job`): the file of the SavedModel."""
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True  # the tf-text ops, checked by `export_text_tflite`
@@ -424,5 +420,3 @@ def _convert_main(saved_model_dir, output_path):
         f.write(content)
 
 
-if __name__ == "__main__":
-    _convert_main(sys.argv[1], sys.argv[2])

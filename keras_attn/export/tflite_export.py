@@ -20,15 +20,14 @@ file is only 1-2 % larger than the fixed one (MiniLM-L6, 5 and 7 signatures);
 `keras_attn.export.tflite_runtime.BucketedTFLite` runs each input on the shortest signature
 that holds its tokens.
 
-The converter leaks memory across conversions, so conversion runs in a subprocess
-(`keras_attn.export._convert_worker`), all requested variants in one.
+The converter leaks memory across conversions, so conversion runs in a child process
+(`keras_attn.export._convert_worker`, all requested variants in one job, in the child
+that `keras_attn.export.converter_process` keeps for the next conversion).
 """
 
 import json
 import logging
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -37,6 +36,7 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 
 from keras_attn.errors import KerasAttnError
+from keras_attn.export.converter_process import run_job
 from keras_attn.layers.validation import check_int
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
@@ -98,7 +98,7 @@ def bucket_signature(length, sequence_length):
 
 def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=128,
                   representative_data=None, file_prefix="model_", buckets=None):
-    """Converts a BERT task model to TFLite artifacts, in a subprocess.
+    """Converts a BERT task model to TFLite artifacts, in the converter's child process.
 
     Args:
         model: a `QatBert` (needed for `int8`; its ranges must be trained or calibrated),
@@ -137,7 +137,7 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
     outputs = {v: os.path.join(os.path.abspath(output_dir), f"{file_prefix}{v}{suffix}.tflite")
                for v in variants}
     os.makedirs(output_dir, exist_ok=True)
-    _convert_in_subprocess(qat, examples, outputs, tuple(buckets or (sequence_length,)))
+    _convert_in_child(qat, examples, outputs, tuple(buckets or (sequence_length,)))
     results = {}
     for variant, path in outputs.items():
         report = tflite_op_report(path)
@@ -211,8 +211,8 @@ def _check_buckets(buckets, sequence_length):
         )
 
 
-def _convert_in_subprocess(qat, examples, outputs, lengths):
-    """Saves `qat` (and the examples) and runs `_convert_worker` on them."""
+def _convert_in_child(qat, examples, outputs, lengths):
+    """Saves `qat` (and the examples) and runs `_convert_worker.main` on them."""
     with tempfile.TemporaryDirectory(prefix="keras_attn_tflite_") as work:
         model_path = os.path.join(work, "model.keras")
         qat.save(model_path)
@@ -227,17 +227,20 @@ def _convert_in_subprocess(qat, examples, outputs, lengths):
         with open(job_path, "w") as f:
             json.dump(job, f)
         started = time.perf_counter()
-        process = subprocess.run(
-            [sys.executable, "-m", "keras_attn.export._convert_worker", job_path],
-            capture_output=True, text=True,
-        )
-        if process.returncode != 0:
+        result = run_job("keras_attn.export._convert_worker:main", [job_path])
+        if not result.ok:
             raise TFLiteExportError(
-                f"TFLite conversion of {list(outputs)} failed (worker exit code "
-                f"{process.returncode}):\n" + _tail(process.stderr)
+                f"TFLite conversion of {list(outputs)} failed ({_first_line(result.detail)}):"
+                "\n" + _tail(result.log + result.detail)
             )
         logger.info("Converted %s (lengths %s) in %.1f s", list(outputs), list(lengths),
                     time.perf_counter() - started)
+
+
+def _first_line(detail):
+    """How the job ended: the exception's line of a traceback, or how the process died."""
+    lines = detail.strip().splitlines()
+    return lines[-1][:500] if lines else "no detail"
 
 
 def _tail(text, lines=30):
