@@ -7,38 +7,10 @@ import subprocess
 import sys
 import time
 
-import keras
-
 from keras_attn.export import converter_process
 from keras_attn.export.converter_process import run_job
 
-HERE = "tests.test_converter_process"
-
-
-def write_pid(path):
-    pathlib.Path(path).write_text(str(os.getpid()))
-
-
-def fail(message):
-    print("some converter output")
-    raise ValueError(message)
-
-
-def die(code):
-    os._exit(code)
-
-
-def sleep(seconds):
-    time.sleep(seconds)
-
-
-def write_pid_and_sleep(path):
-    write_pid(path)
-    time.sleep(60)
-
-
-def write_layer_name(path):
-    pathlib.Path(path).write_text(keras.layers.Dense(1).name)
+HERE = "tests.converter_jobs"  # a module the child imports without Keras
 
 
 def pid_of_job(tmp_path):

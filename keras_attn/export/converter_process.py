@@ -10,7 +10,8 @@ A job is a module-level function of a `keras_attn` module and JSON arguments; th
 runs it with its standard output and error in a log file of the job's own, clears Keras'
 session first (layer names, and so the files' tensor names, do not depend on earlier jobs)
 and dies with its parent (Linux: `PR_SET_PDEATHSIG`), so a killed export leaves no
-converter writing behind it.
+converter writing behind it. The child imports only what its jobs import (Keras, for the
+conversions, with the first of them).
 
 Example:
 >>> run_job("keras_attn.export.converter_process:describe_job", ["ok"]).ok
@@ -31,8 +32,6 @@ import tempfile
 import threading
 import traceback
 
-import keras
-
 JOBS_PER_PROCESS = 16  # conversions in one child before a fresh one (the converter leaks)
 _PR_SET_PDEATHSIG = 1
 
@@ -51,8 +50,13 @@ class _Child:
     """One child process and the jobs it has run."""
 
     def __init__(self):
+        # Started as a script, not with `-m`: importing the package would import Keras and
+        # TensorFlow before the first job asks for them. `-P` keeps this file's directory
+        # off the path; the child finds modules where its parent does.
+        environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            os.path.abspath(path or os.curdir) for path in sys.path))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "keras_attn.export.converter_process"],
+            [sys.executable, "-P", os.path.abspath(__file__)], env=environment,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1)
         self.jobs = 0
@@ -135,7 +139,8 @@ def _serve():
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
             try:
-                keras.backend.clear_session()
+                if "keras" in sys.modules:  # a job before used Keras: names start afresh
+                    sys.modules["keras"].backend.clear_session()
                 module, function = job["target"].split(":")
                 getattr(importlib.import_module(module), function)(*job["args"])
                 answer = {"ok": True}
