@@ -33,12 +33,12 @@ demo: $(INSTALLED)
 	$(BIN)/keras-attn demo --output-dir $(DEMO_DIR)
 
 test: $(INSTALLED)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope -q
 
 # The slow tests include the benchmark's smoke run against keras-hub (the `bench` extra).
 test-slow: $(INSTALLED)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m slow
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope -q -m slow
 
 # The Android app's pure-Kotlin core (apps/android_demo/core) compiled with kotlinc and its
 # JUnit tests, incl. parity with freshly written golden vectors (apt-get install kotlin junit4).
@@ -48,7 +48,7 @@ test-jvm: $(INSTALLED)
 # The same suite on the JAX backend: the layers must not depend on TensorFlow.
 test-jax: $(INSTALLED)
 	$(BIN)/python -m pip install --quiet -e ".[test,backends]"
-	KERAS_BACKEND=jax $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope -q
 
 # Side by side with keras-hub (docs/benchmarks.md); run it on a quiet machine (~20 min).
 bench: $(INSTALLED)

@@ -19,8 +19,25 @@ collect_ignore = ["tests/fixtures"]
 TF_PACKAGES = ("text", "training", "runs", "export", "quantization", "inference")
 
 
+# The modules that take longest (`--durations`, AMD EPYC 2-core, 2026-11-28: 60 s to 250 s
+# each), run first: `make test` sends each module whole to one worker (`--dist loadscope`,
+# so a module's fixtures are built once, not once per worker) and the short modules then
+# fill in, so that both workers end together.
+LONGEST_FIRST = ("test_run_exporter", "test_trainer", "test_docs", "test_permutation_lm_task",
+                 "test_export_benchmark_scripts", "test_quantization_budget",
+                 "test_run_directory", "test_quantization_sensitivity",
+                 "test_onnx_int8_artifacts", "test_qat_bert", "test_tflite_export")
+
+
+def _longest_first(item):
+    name = item.path.stem
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `tensorflow` (tf.data, tf-text, SavedModel, TFLite) skip on other backends."""
+    """The longest modules first (`LONGEST_FIRST`); tests marked `tensorflow` (tf.data,
+    tf-text, SavedModel, TFLite) skip on other backends."""
+    items.sort(key=_longest_first)  # stable: the order within each module is kept
     if keras.config.backend() == "tensorflow":
         return
     skip = pytest.mark.skip(reason=f"needs the TensorFlow backend, not {keras.config.backend()}")

@@ -1,7 +1,6 @@
 """The int8 and serving scripts run end to end on one tiny trained and exported classifier
-(`tests/exported_runs.py`'s sentiment run and quick export, without `model_text.tflite`,
-which no script reads; made once for this module), their numbers recomputed here from the
-files and models directly:
+(`tests/exported_runs.py`'s sentiment run and quick export, made once per test session),
+their numbers recomputed here from the files and models directly:
 
 - `export/score_int8_files.py`: each int8 file's accuracy, agreement with the float model
   and max |Δlogit|; `--write` makes `model_int8.tflite` with the export's own steps;
@@ -19,29 +18,18 @@ import pytest
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.export.run_exporter import export_run
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.labelled_examples import id_inputs
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import Trainer
-from tests.exported_runs import QUICK_EXPORT
+from tests.exported_runs import classification_run
 from tests.scripts import ROOT
 from tests.scripts import load_script
-from tests.test_trainer import config_dict
-from tests.test_trainer import write_data
 
 pytestmark = pytest.mark.tensorflow
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("scripts")
-    values = config_dict(write_data(root / "data"), root / "run", epochs=10,
-                         learning_rate=1e-2)  # as exported_runs.classification_run
-    Trainer(TrainingConfig.from_dict(values)).run()
-    export_run(root / "run", root / "export", ExportOptions(**QUICK_EXPORT, text_tflite=False))
-    return root / "run", root / "export"
+    return classification_run(tmp_path_factory.mktemp("scripts"))
 
 
 def _keras_native_int8(monkeypatch):
