@@ -51,8 +51,9 @@ mode, compatibility characters that normalize to punctuation ("…" becomes thre
 Conversion: the variables are frozen into constants (tracked Keras 3 variables stay
 VAR_HANDLE / READ_VARIABLE ops in a TFLite model and read as NaN), the tf-text ops are called
 without their ragged wrappers (whose `RaggedRange`/ragged gathers are neither builtins nor
-tf-text custom ops), and the converter (builtins plus `allow_custom_ops`) runs in the child process of
-`keras_attn.export.converter_process`: it leaks memory when it runs many times in one process.
+tf-text custom ops), and the converter (builtins plus `allow_custom_ops`) runs in the child
+process of `keras_attn.export.converter_process`: it leaks memory when it runs many times in
+one process.
 """
 
 import logging

@@ -1,7 +1,8 @@
 """Int8 quantization: the `QuantizationRecipe`, the quantize stage
 (`keras_attn.quantization.quantize_stage.quantize_run`, `keras-attn quantize RUN`; not
 imported here: it runs the trainer, which reads the recipe) and quantization-aware training
-(QAT) of BERT models for full-integer TFLite export: fake int8 quantization
+(QAT) of BERT models (`QatBert`) and of functional or Sequential models of Keras layers
+(`quantize_model`) for full-integer TFLite export: fake int8 quantization
 (`keras.quantizers.fake_quant_with_min_max_vars`) of every tensor the int8 graph stores, in
 the layout the TFLite int8 kernels want."""
 
@@ -10,6 +11,9 @@ from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantize_model import QuantizedLayerNormalization
+from keras_attn.quantization.quantize_model import calibrate_model
+from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.quantization.quantized_dense import QuantizedDense
 
 __all__ = [
@@ -18,6 +22,9 @@ __all__ = [
     "QatEmbeddings",
     "QatEncoderBlock",
     "QuantizedDense",
+    "QuantizedLayerNormalization",
     "QuantizationRecipe",
+    "calibrate_model",
+    "quantize_model",
 ]
 

@@ -114,6 +114,9 @@ class QuantizedDense(keras.layers.Layer):
         decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
         quantize_output: bool, round the output (after the activation) to int8, for a
             next int8 matmul. Defaults to `quantize`.
+        input_quantizer: optional path of the `ActivationQuantizer` whose int8 codes the
+            input carries (`quantize_model` sets it): frozen ranges round the bias at its
+            step (`int32_bias`), as the int8 file stores it. Defaults to `None`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -130,7 +133,8 @@ class QuantizedDense(keras.layers.Layer):
     """
 
     def __init__(self, units, activation=None, weight_quantization="per_channel",
-                 quantize=True, decay=0.999, quantize_output=None, **kwargs):
+                 quantize=True, decay=0.999, quantize_output=None, input_quantizer=None,
+                 **kwargs):
         check_positive_int("units", units)
         check_weight_quantization(weight_quantization)
         quantize_output = quantize if quantize_output is None else quantize_output
@@ -142,6 +146,7 @@ class QuantizedDense(keras.layers.Layer):
         self.quantize = quantize
         self.decay = decay
         self.quantize_output = quantize_output
+        self.input_quantizer = input_quantizer
         self.output_quantizer = ActivationQuantizer(
             decay=decay, quantize=quantize if activation is not None else quantize_output,
             name="output_quantizer"
@@ -197,5 +202,6 @@ class QuantizedDense(keras.layers.Layer):
             quantize=self.quantize,
             decay=self.decay,
             quantize_output=self.quantize_output,
+            input_quantizer=self.input_quantizer,
         )
         return config

@@ -1,0 +1,109 @@
+"""`export_model_int8_tflite`: a full-integer, builtins-only, batch-1 `.tflite` file of a
+`quantize_model` copy (any functional or Sequential Keras model of the layers it knows)."""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+from keras_attn import atomic_files
+from keras_attn.export.converter_process import run_job
+from keras_attn.export.tflite_export import TFLiteExportError
+from keras_attn.export.tflite_export import check_builtins_only
+from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.quantization.quantize_model import freeze_model_ranges
+
+
+def export_model_int8_tflite(model, output_path, representative_inputs):
+    """Converts a calibrated (or trained) `quantize_model` copy to a full-int8 `.tflite`.
+
+    Its inputs get a static batch-1 signature (the other dimensions must be known: give
+    `keras.Input` a fixed length); float inputs and outputs stay float32 (QUANTIZE and
+    DEQUANTIZE at the edges), integer inputs (token ids) stay integers. The fake-quantized
+    tensors become int8 at the scales QAT learned; the converter calibrates the few others
+    on `representative_inputs`. Conversion runs in the converter's child process.
+
+    Args:
+        model: a `keras_attn.quantization.quantize_model` copy with its ranges set.
+        output_path: str or path of the `.tflite` file.
+        representative_inputs: a list of model inputs (arrays, or dicts for named
+            inputs) with a batch dimension: real examples, at least one.
+
+    Returns:
+        Dict `{"path", "size_bytes"}` plus `tflite_op_report`.
+
+    Raises:
+        ValueError: an input of unknown size, or no representative inputs.
+        TFLiteExportError: the conversion failed, or a Flex/custom op appeared.
+    """
+    specs = _batch_one_specs(model)
+    rows = _rows(representative_inputs, [spec.name for spec in specs])
+    output_path = os.path.abspath(os.fspath(output_path))
+    os.makedirs(os.path.dirname(output_path), exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="keras_attn_model_int8_") as work:
+        model_path = os.path.join(work, "model.keras")
+        model.save(model_path)
+        data_path = os.path.join(work, "representative.npz")
+        np.savez(data_path, **rows)
+        result = run_job("keras_attn.export.model_int8_tflite:_convert_job",
+                         [model_path, data_path, work, output_path])
+        if not result.ok:
+            raise TFLiteExportError("int8 TFLite conversion failed:\n"
+                                    + "\n".join((result.log + result.detail).splitlines()[-30:]))
+    report = tflite_op_report(output_path)
+    check_builtins_only(report, output_path)
+    return {"path": output_path, "size_bytes": os.path.getsize(output_path), **report}
+
+
+def _batch_one_specs(model):
+    specs = []
+    for tensor in model.inputs:
+        shape = tuple(tensor.shape[1:])
+        if any(size is None for size in shape):
+            raise ValueError(
+                f"Input {tensor.name!r} has shape {tensor.shape}: a TFLite file for phones has "
+                "static shapes; build the model with a fixed length, e.g. "
+                "keras.Input((128,), dtype='int32').")
+        specs.append(tf.TensorSpec((1, *shape), tensor.dtype, name=tensor.name))
+    return specs
+
+
+def _rows(representative_inputs, names):
+    """`{input name: (N, 1, ...) array}` of the examples, one row each."""
+    rows = {name: [] for name in names}
+    for batch in representative_inputs:
+        values = batch if isinstance(batch, dict) else dict(zip(names, keras.tree.flatten(batch)))
+        for name in names:
+            rows[name].extend(np.asarray(values[name])[:, None])
+    if not rows[names[0]]:
+        raise ValueError("`representative_inputs` holds no example: give a few real inputs "
+                         "(the converter calibrates the tensors QAT does not round).")
+    return {name: np.stack(value) for name, value in rows.items()}
+
+
+def _convert_job(model_path, data_path, work, output_path):
+    """The conversion, in the converter's child process."""
+    model = keras.saving.load_model(model_path)
+    freeze_model_ranges(model)
+    specs = _batch_one_specs(model)
+    names = [spec.name for spec in specs]
+
+    @tf.function(input_signature=specs)
+    def serve(*inputs):
+        return {"output": model(list(inputs) if len(inputs) > 1 else inputs[0],
+                                training=False)}
+
+    saved = os.path.join(work, "saved_model")
+    tf.saved_model.save(tf.Module(), saved, signatures={
+        "serving_default": convert_variables_to_constants_v2(serve.get_concrete_function())})
+    with np.load(data_path) as data:
+        rows = {name: data[name] for name in names}
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.representative_dataset = lambda: (
+        {name: rows[name][i] for name in names} for i in range(len(rows[names[0]])))
+    atomic_files.write_bytes(output_path, converter.convert())

@@ -1,0 +1,110 @@
+"""Tests of `keras_attn.quantization.quantize_model`: QAT of a functional or Sequential
+Keras model, and its full-int8 file (`keras_attn.export.model_int8_tflite`)."""
+
+import keras
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+
+from keras_attn.export.model_int8_tflite import export_model_int8_tflite
+from keras_attn.quantization.quantize_model import activation_quantizers
+from keras_attn.quantization.quantize_model import calibrate_model
+from keras_attn.quantization.quantize_model import quantize_model
+
+pytestmark = pytest.mark.tensorflow
+
+
+def residual_model():
+    """Dense + ReLU, dropout, a residual Add, LayerNorm, mean pooling and a Dense head."""
+    inputs = keras.Input((6, 8), name="features")
+    hidden = keras.layers.Dense(16, activation="relu", name="dense")(inputs)
+    hidden = keras.layers.Dense(8, name="dense_1")(keras.layers.Dropout(0.1)(hidden))
+    normed = keras.layers.LayerNormalization()(keras.layers.Add()([inputs, hidden]))
+    pooled = keras.layers.GlobalAveragePooling1D()(normed)
+    return keras.Model(inputs, keras.layers.Dense(3, name="dense_2")(pooled))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 6, 8)).astype("float32")
+    y = (x[:, :, 0].mean(-1) > 0).astype("int32") + (x[:, :, 1].mean(-1) > 0.3)
+    model = residual_model()
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=20, batch_size=32, verbose=0)
+    return model, x, y
+
+
+def test_the_copy_holds_the_float_weights_and_leaves_the_model_alone(trained):
+    model, x, _ = trained
+    before = [w.copy() for w in model.get_weights()]
+    qat = quantize_model(model)
+    assert [type(layer).__name__ for layer in qat.layers if "quantizer" not in layer.name] == [
+        "InputLayer", "QuantizedDense", "Dropout", "QuantizedDense", "Add",
+        "QuantizedLayerNormalization", "GlobalAveragePooling1D", "QuantizedDense"]
+    for old, new in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(old, new)
+    np.testing.assert_array_equal(qat.get_layer("dense").kernel.numpy(),
+                                  model.get_layer("dense").kernel.numpy())
+    calibrate_model(qat, [x])
+    assert all(float(q.initialized.numpy()) == 1.0 for q in activation_quantizers(qat))
+    logits = keras.ops.convert_to_numpy(qat(x, training=False))
+    reference = model.predict(x, verbose=0)
+    scale = np.abs(reference).max()
+    assert 0 < np.abs(logits - reference).max() < 0.1 * scale  # rounded, not far
+
+
+def test_the_int8_file_is_full_integer_and_computes_what_qat_computes(trained, tmp_path):
+    model, x, y = trained
+    qat = quantize_model(model)
+    calibrate_model(qat, [x[:48], x[48:]])
+    report = export_model_int8_tflite(qat, tmp_path / "model_int8.tflite", [x[:32]])
+    assert report["custom_ops"] == []
+    assert report["non_int8_ops"] == {"QUANTIZE": 1, "DEQUANTIZE": 1}  # the edges only
+    runner = Interpreter(model_path=report["path"]).get_signature_runner()
+    outputs = np.concatenate([list(runner(features=x[i:i + 1]).values())[0] for i in range(len(x))])
+    expected = keras.ops.convert_to_numpy(qat(x, training=False))
+    output_quantizer = qat.get_layer("dense_2").output_quantizer
+    step = float(output_quantizer.step())
+    assert np.abs(outputs - expected).max() <= 6 * step
+    assert np.mean(outputs.argmax(-1) == expected.argmax(-1)) >= 0.9
+    float_accuracy = np.mean(model.predict(x, verbose=0).argmax(-1) == y)
+    assert np.mean(outputs.argmax(-1) == y) >= float_accuracy - 0.05
+
+
+def test_qat_trains_with_fit_saves_and_loads(trained, tmp_path):
+    model, x, y = trained
+    qat = quantize_model(model)
+    calibrate_model(qat, [x])
+    qat.compile(keras.optimizers.Adam(1e-3),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    kernel = qat.get_layer("dense").kernel.numpy().copy()
+    qat.fit(x, y, epochs=1, batch_size=32, verbose=0)
+    assert not np.array_equal(kernel, qat.get_layer("dense").kernel.numpy())
+    qat.save(tmp_path / "qat.keras")
+    loaded = keras.saving.load_model(tmp_path / "qat.keras")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x, training=False)),
+                               keras.ops.convert_to_numpy(qat(x, training=False)), atol=1e-6)
+    assert loaded.get_layer("dense_1").input_quantizer == "dense/activation_quantizer"
+
+
+class Doubling(keras.layers.Layer):
+    def call(self, x):
+        return 2.0 * x
+
+
+def test_a_sequential_model_and_a_layer_it_does_not_know():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5), Doubling(name="twice"),
+                              keras.layers.Dense(2)])
+    with pytest.warns(UserWarning, match=r"keeps 1 layer\(s\) in float.*: twice"):
+        qat = quantize_model(model)
+    assert isinstance(qat.get_layer("twice"), Doubling)
+    assert "twice_output_quantizer" not in [layer.name for layer in qat.layers]
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="weight_quantization"):
+        quantize_model(residual_model(), weight_quantization="per_row")
+    with pytest.raises(ValueError, match="functional or Sequential"):
+        quantize_model(keras.layers.Dense(2))
