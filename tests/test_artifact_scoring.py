@@ -5,8 +5,11 @@ import logging
 
 import keras
 import numpy as np
+import pytest
 
 from keras_attn.export.artifact_scoring import traced_predict
+
+pytestmark = pytest.mark.tensorflow  # a tf.function of the model
 
 
 def _tiny_classifier(seed):
