@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from keras_attn.export.artifact_scoring import traced_predict
+from tests.test_run_directory import WarningLines
 
 pytestmark = pytest.mark.tensorflow  # a tf.function of the model
 
@@ -24,21 +25,12 @@ def _tiny_classifier(seed):
     return keras.Model(inputs, keras.layers.Dense(2)(pooled))
 
 
-class _Warnings(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
 def test_many_traced_models_give_keras_outputs_without_retracing_warnings():
     """Each model traces once; TensorFlow keys its retracing detector on the code object of
     the traced function, shared by every model's predictor, so calling predictors of six
     models once each must not read as '5 out of the last 6 calls triggered retracing'."""
     rng = np.random.default_rng(0)
-    handler = _Warnings()
+    handler = WarningLines()
     logger = logging.getLogger("tensorflow")
     logger.addHandler(handler)
     try:

@@ -151,7 +151,9 @@ def test_quantize_command(runs, tmp_path, capsys):
     assert "needs `float_residual=True`" in capsys.readouterr().err
 
 
-class _Lines(logging.Handler):
+class WarningLines(logging.Handler):
+    """The messages of the WARNING records a logger hands it."""
+
     def __init__(self):
         super().__init__(logging.WARNING)
         self.lines = []
@@ -163,7 +165,7 @@ class _Lines(logging.Handler):
 def test_export_of_a_run_logs_no_third_party_warnings(runs, tmp_path, capsys):
     """The main job's output is ours: no tf.function retracing warning (one trace scores
     every artifact and the golden vectors) and no onnxruntime pre-processing advice."""
-    handler = _Lines()
+    handler = WarningLines()
     loggers = [logging.getLogger(), logging.getLogger("tensorflow")]
     for logger in loggers:
         logger.addHandler(handler)
