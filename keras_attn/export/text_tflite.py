@@ -419,5 +419,3 @@ def _convert_saved_model(saved_model_dir, output_path):
     content = converter.convert()
     with open(output_path, "wb") as f:
         f.write(content)
-
-
