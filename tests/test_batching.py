@@ -6,6 +6,9 @@ import tensorflow as tf
 from keras_attn.text.batching import SequenceBatcher
 from keras_attn.text.batching import TruncationCounter
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 LENGTHS = [3, 5, 9, 12, 2, 7, 4, 6]
 
 

@@ -7,6 +7,9 @@ from keras_attn.text.character_tokenizer import CharacterTokenizer
 from keras_attn.text.errors import DataError
 from keras_attn.training.tasks.causal_lm_task import read_character_text
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 
 def test_characters_sorted_after_pad_and_unknown():
     tokenizer = CharacterTokenizer.from_texts(["to be\n", "or not"], "characters")

@@ -7,10 +7,19 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from keras_attn.export import converter_process
 from keras_attn.export.converter_process import run_job
 
 HERE = "tests.converter_jobs"  # a module the child imports without Keras
+
+
+@pytest.fixture(autouse=True)
+def no_child_yet():
+    """Each test starts without a child: one left by an earlier test of this worker (an
+    export) may be a job short of its share and be replaced in the middle of a test."""
+    converter_process._stop_child()
 
 
 def pid_of_job(tmp_path):

@@ -12,6 +12,10 @@ from tests import docs_check
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+# Pages whose snippets take 50-60 s on 2 cores (several exports, model families): slow stage.
+SLOW_PAGES = ("export.md", "models.md")
+SNIPPET_PAGES = [pytest.param(page, marks=pytest.mark.slow if page.name in SLOW_PAGES else ())
+                 for page in PAGES]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -22,7 +26,7 @@ def python_blocks(page):
 
 # The pages show the TensorFlow workflow (tf.function, SavedModel, TFLite): default backend.
 @pytest.mark.tensorflow
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", SNIPPET_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_snippets_run(page, tmp_path, monkeypatch):
     blocks = python_blocks(page)
     if not blocks:

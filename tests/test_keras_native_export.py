@@ -42,6 +42,10 @@ FAMILIES = {
     "xlnet_token_classifier": lambda: models.XLNetTokenClassifier(xlnet(), num_classes=3),
     "xlnet_lm": lambda: models.XLNetLM(xlnet(two_stream=True)),
 }
+# One family per backbone (and the CRF's ONNX refusal) in `make test`; all in the slow stage.
+DEFAULT_FAMILIES = ("bert_crf_tagger", "gpt_causal_lm", "xlnet_lm")
+FAMILY_PARAMS = [pytest.param(family, marks=() if family in DEFAULT_FAMILIES else pytest.mark.slow)
+                 for family in sorted(FAMILIES)]
 
 
 def sample_inputs(model, seed=0):
@@ -80,7 +84,7 @@ def onnx_outputs(path, x):
     return session.run(None, {i.name: x[i.name] for i in session.get_inputs()})
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", FAMILY_PARAMS)
 def test_model_export_litert_and_onnx_give_the_keras_outputs(family, tmp_path, caplog):
     keras.utils.set_random_seed(0)
     model = FAMILIES[family]()
@@ -104,7 +108,7 @@ def test_model_export_litert_and_onnx_give_the_keras_outputs(family, tmp_path, c
         np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", FAMILY_PARAMS)
 def test_model_quantize_int8_without_a_warning_storm(family):
     keras.utils.set_random_seed(0)
     model = FAMILIES[family]()

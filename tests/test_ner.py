@@ -28,6 +28,9 @@ from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.resources import minilm_directory
 from tests.resources import shared_data_file
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 CLS, SEP = 101, 102
 
 

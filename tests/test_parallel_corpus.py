@@ -10,6 +10,9 @@ from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
 from tests.resources import shared_data_file
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 
 def write(path, lines):
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

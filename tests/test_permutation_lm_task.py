@@ -178,6 +178,7 @@ def one_device_weights(tmp_path_factory):
 
 
 @pytest.mark.tensorflow
+@pytest.mark.slow  # 20-50 s on 2 cores: the slow stage keeps make test within 15 min
 def test_mirrored_two_replicas_train_the_weights_of_one_device(tmp_path, one_device_weights):
     values = run_config(tmp_path, "two")
     values["distribute"] = {"strategy": "mirrored", "logical_cpu_devices": 2}
@@ -203,6 +204,7 @@ def test_two_workers_train_the_weights_of_one_device(tmp_path, one_device_weight
 
 
 @pytest.mark.tensorflow
+@pytest.mark.slow  # 20-50 s on 2 cores: the slow stage keeps make test within 15 min
 def test_kill_and_resume_ends_with_the_weights_of_an_uninterrupted_run(tmp_path,
                                                                         one_device_weights):
     # 6 steps, checkpoints at 2, 3 (the end of epoch 1) and 4; killed in step 5 it resumes

@@ -14,6 +14,9 @@ from keras_attn.text.raw_text_reader import RawTextReader
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.resources import minilm_directory
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(95)] + [
     f"##p{i}" for i in range(100)]  # ids 100..199 are continuation pieces

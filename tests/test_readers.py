@@ -14,6 +14,9 @@ from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.raw_text_reader import RawTextReader
 from tests.resources import shared_data_file
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 
 def write(tmp_path, name, text):
     path = tmp_path / name

@@ -162,6 +162,7 @@ class WarningLines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@pytest.mark.slow  # 20-50 s on 2 cores: the slow stage keeps make test within 15 min
 def test_export_of_a_run_logs_no_third_party_warnings(runs, tmp_path, capsys):
     """The main job's output is ours: no tf.function retracing warning (one trace scores
     every artifact and the golden vectors) and no onnxruntime pre-processing advice."""

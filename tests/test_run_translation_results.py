@@ -42,6 +42,7 @@ def tiny_run(tmp_path_factory):
     return folder / "run"
 
 
+@pytest.mark.slow  # 20-50 s on 2 cores: the slow stage keeps make test within 15 min
 def test_section_between_markers_leaves_the_page_alone(tiny_run, tmp_path):
     module = scripts.load_script("training/run_translation_results.py")
     page = tmp_path / "results.md"

@@ -13,6 +13,9 @@ import tensorflow_text  # noqa: F401 - registers the tf-text ops a loaded SavedM
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.text.vocabulary import save_vocabulary
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 VOCAB = SPECIALS + [
     "the",

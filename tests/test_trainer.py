@@ -195,6 +195,7 @@ def test_mirrored_two_replicas_equal_one_device(tmp_path):
                           load_weights(tmp_path / "two.npz")) < WEIGHT_TOLERANCE
 
 
+@pytest.mark.slow  # 20-50 s on 2 cores: the slow stage keeps make test within 15 min
 def test_kill_and_resume_ends_with_the_same_weights(tmp_path):
     data = write_data(tmp_path / "data")
     finish_code, output = finish(run_subprocess(tmp_path, "straight",
@@ -258,6 +259,7 @@ def two_workers_and_one_process(tmp_path, data, model=None, **train):
     return outputs
 
 
+@pytest.mark.slow  # 20-50 s on 2 cores: the slow stage keeps make test within 15 min
 def test_two_workers_on_localhost_train_one_model(tmp_path):
     data = write_data(tmp_path / "data")
     outputs = two_workers_and_one_process(tmp_path, data)

@@ -12,6 +12,9 @@ from keras_attn.text.vocabulary import save_vocabulary
 from keras_attn.text.vocabulary import train_wordpiece_vocabulary
 from tests.resources import shared_data_file
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 SPECIALS = list(DEFAULT_RESERVED_TOKENS)
 
 

@@ -19,6 +19,9 @@ from keras_attn.text.word_splitter import split_words_tf
 from tests.resources import minilm_directory
 from tests.resources import shared_data_file
 
+# keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.
+pytestmark = pytest.mark.tensorflow
+
 HARD_CASES = WORD_SPLITTER_HARD_CASES
 
 
