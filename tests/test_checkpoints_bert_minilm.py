@@ -92,6 +92,7 @@ def test_minilm_unfused_import_gives_the_same_numbers(minilm, reference):
                                sentence_embeddings(minilm, inputs)[1], atol=1e-6)
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow stage keeps make test within 15 min
 def test_minilm_as_google_checkpoint_equals_hf_import(minilm, reference, tmp_path):
     from safetensors.numpy import load_file
 

@@ -239,6 +239,7 @@ def test_truncated_examples_are_logged_per_file(tmp_path):
             rf"\b{count} examples? cut by max_length=16\b", line)], lines
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow stage keeps make test within 15 min
 def test_fine_tunes_the_encoder_of_an_mlm_run(tmp_path):
     """`model.checkpoint: <mlm run>`: the classifier starts from the pretrained encoder's
     weights (rebuilt with `model.overrides`), its vocabulary and lower-casing, and learns."""

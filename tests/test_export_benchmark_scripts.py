@@ -66,6 +66,7 @@ def _expected(run, export_dir, name):
             "max_abs_logit_diff": float(np.abs(logits - reference).max())}
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow stage keeps make test within 15 min
 def test_score_int8_files_scores_each_file_and_writes_the_budgeted_int8_file(
         exported, tmp_path, capsys):
     run, export_dir = exported
@@ -99,6 +100,7 @@ def test_score_int8_files_scores_each_file_and_writes_the_budgeted_int8_file(
         f"{budget['steps'][-1]['metric']:.2f}, float {budget['float_metric']:.2f}" in printed
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow stage keeps make test within 15 min
 def test_keras_native_int8_scores_keras_quantize_against_our_file(exported, monkeypatch,
                                                                   capsys):
     run, export_dir = exported
@@ -151,6 +153,7 @@ def test_weight_bytes_and_latencies_taken_in_turns(monkeypatch):
                      ("a", ("y",)), ("b", ("y",))]
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow stage keeps make test within 15 min
 def test_serve_slow_clients_answers_while_connections_are_held(exported, monkeypatch):
     """A few half-sent and idle keep-alive connections held open against `keras-attn serve`
     on the tiny export's SavedModel: every request still answered, the same answers, no

@@ -17,6 +17,7 @@ from tests.test_training_cli import write_project
 pytestmark = pytest.mark.tensorflow
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow stage keeps make test within 15 min
 def test_train_refuses_another_configuration_resumes_the_same_and_overwrites(tmp_path,
                                                                              capsys):
     config = write_project(tmp_path)

@@ -81,6 +81,7 @@ def test_a_budget_moves_the_op_with_a_bad_range_to_float_first_and_ends_within_i
                                                 for op in record["float_ops"])
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow stage keeps make test within 15 min
 def test_a_recipe_within_the_budget_is_kept_as_it_is():
     qat, calibration = _calibrated()
     held_out = _labelled_by(qat.with_quantization(False), _examples(50, seed=8))

@@ -78,6 +78,7 @@ def test_an_op_with_a_bad_range_is_named_first():
     assert rows[1]["snr_db"] < rows[2]["snr_db"] - 3
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow stage keeps make test within 15 min
 def test_a_tagger_compares_real_tokens_only():
     qat, batches = _calibrated(num_outputs=5, head="token_classification")
     rows = quantization_sensitivity(qat, batches)
