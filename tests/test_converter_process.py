@@ -10,6 +10,7 @@ import time
 import pytest
 
 from keras_attn.export import converter_process
+from keras_attn.export.converter_process import JobResult
 from keras_attn.export.converter_process import run_job
 
 HERE = "tests.converter_jobs"  # a module the child imports without Keras
@@ -42,7 +43,18 @@ def test_a_failing_job_gives_its_output_and_traceback_and_the_child_goes_on(tmp_
     assert not result.ok
     assert result.log.strip() == "some converter output"
     assert result.detail.strip().splitlines()[-1] == "ValueError: the converter said no"
+    assert result.failure().startswith("(ValueError: the converter said no):\n")
     assert pid_of_job(tmp_path) == before
+
+
+def test_a_failure_names_how_it_ended_and_keeps_the_error_lines():
+    dump = "\n".join(f"mlir line {i}" for i in range(100))
+    result = JobResult(False, f"{dump}\nloc(3): error: 'tfl.gather' op failed\n{dump}",
+                       "the converter process died (exit code 6)")
+    assert result.failure() == ("(the converter process died (exit code 6)):\n"
+                                "loc(3): error: 'tfl.gather' op failed")
+    tail = JobResult(False, dump, "").failure(lines=2)
+    assert tail == "(no detail):\nmlir line 98\nmlir line 99"
 
 
 def test_a_dead_or_slow_child_is_reported_and_replaced(tmp_path):

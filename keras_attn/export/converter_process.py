@@ -45,6 +45,16 @@ class JobResult:
     log: str
     detail: str = ""
 
+    def failure(self, lines=30):
+        """A failed job for an error message: how it ended (the exception's line of the
+        traceback, or how the child died), then the converter's error lines (MLIR dumps are
+        long; the last `lines`), else the end of its output."""
+        ended = self.detail.strip().splitlines()
+        output = (self.log + self.detail).strip().splitlines()
+        errors = [line[:2000] for line in output if "error:" in line or "Error" in line]
+        return (f"({ended[-1][:500] if ended else 'no detail'}):\n"
+                + "\n".join((errors or output)[-lines:]))
+
 
 class _Child:
     """One child process and the jobs it has run."""

@@ -14,6 +14,7 @@ from keras_attn.export.converter_process import run_job
 from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 
 
@@ -33,7 +34,8 @@ def export_model_int8_tflite(model, output_path, representative_inputs):
             inputs) with a batch dimension: real examples, at least one.
 
     Returns:
-        Dict `{"path", "size_bytes"}` plus `tflite_op_report`.
+        Dict `{"path", "size_bytes", "float_layers"}` (the layers `quantize_model` left in
+        float: the converter calibrated them) plus `tflite_op_report`.
 
     Raises:
         ValueError: an input of unknown size, or no representative inputs.
@@ -51,11 +53,11 @@ def export_model_int8_tflite(model, output_path, representative_inputs):
         result = run_job("keras_attn.export.model_int8_tflite:_convert_job",
                          [model_path, data_path, work, output_path])
         if not result.ok:
-            raise TFLiteExportError("int8 TFLite conversion failed:\n"
-                                    + "\n".join((result.log + result.detail).splitlines()[-30:]))
+            raise TFLiteExportError(f"int8 TFLite conversion failed {result.failure()}")
     report = tflite_op_report(output_path)
     check_builtins_only(report, output_path)
-    return {"path": output_path, "size_bytes": os.path.getsize(output_path), **report}
+    return {"path": output_path, "size_bytes": os.path.getsize(output_path),
+            "float_layers": float_layers(model), **report}
 
 
 def _batch_one_specs(model):

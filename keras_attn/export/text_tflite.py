@@ -319,10 +319,7 @@ def export_text_tflite(model, tokenizer, output_path, timeout=1800):
         result = run_job("keras_attn.export.text_tflite:_convert_saved_model",
                          [saved, str(converted)], timeout=timeout)
         if not result.ok or not converted.is_file():
-            lines = (result.log + result.detail).strip().splitlines()
-            errors = [line[:2000] for line in lines if "error" in line.lower()]
-            raise TFLiteExportError(
-                "Text TFLite conversion failed:\n" + "\n".join((errors or lines)[-30:]))
+            raise TFLiteExportError(f"Text TFLite conversion failed {result.failure()}")
         logger.info("Converted the text TFLite model in %.1f s", time.perf_counter() - started)
         report = tflite_op_report(converted)
         unexpected = sorted(set(report["custom_ops"]) - set(expected))

@@ -230,24 +230,9 @@ def _convert_in_child(qat, examples, outputs, lengths):
         result = run_job("keras_attn.export._convert_worker:main", [job_path])
         if not result.ok:
             raise TFLiteExportError(
-                f"TFLite conversion of {list(outputs)} failed ({_first_line(result.detail)}):"
-                "\n" + _tail(result.log + result.detail)
-            )
+                f"TFLite conversion of {list(outputs)} failed {result.failure()}")
         logger.info("Converted %s (lengths %s) in %.1f s", list(outputs), list(lengths),
                     time.perf_counter() - started)
-
-
-def _first_line(detail):
-    """How the job ended: the exception's line of a traceback, or how the process died."""
-    lines = detail.strip().splitlines()
-    return lines[-1][:500] if lines else "no detail"
-
-
-def _tail(text, lines=30):
-    """The converter's error lines (MLIR dumps are long), else the end of stderr."""
-    all_lines = text.strip().splitlines()
-    errors = [line[:2000] for line in all_lines if "error:" in line or "Error" in line]
-    return "\n".join((errors or all_lines)[-lines:])
 
 
 def _single_examples(representative_data, sequence_length, variants):

@@ -15,6 +15,7 @@ from keras_attn.quantization.quantize_model import QuantizedLayerNormalization
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.quantization.quantized_dense import QuantizedDense
+from keras_attn.quantization.quantized_embedding import QuantizedEmbedding
 
 __all__ = [
     "ActivationQuantizer",
@@ -22,6 +23,7 @@ __all__ = [
     "QatEmbeddings",
     "QatEncoderBlock",
     "QuantizedDense",
+    "QuantizedEmbedding",
     "QuantizedLayerNormalization",
     "QuantizationRecipe",
     "calibrate_model",

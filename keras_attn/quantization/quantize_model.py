@@ -6,13 +6,14 @@ The model is cloned (`keras.models.clone_model`) with every `Dense` replaced by 
 `QuantizedDense` (int8 weights, per output channel by default, and an int8 output; its bias
 rounded at the int32 scale the file stores) and every last-axis `LayerNormalization` by a
 `QuantizedLayerNormalization` (its MEAN, SUB, MUL, RSQRT rounded as the int8 file rounds
-them), holding the same weights, an `ActivationQuantizer` on each float model input (the
-file's QUANTIZE) and after every other layer whose output the int8 TFLite file stores in
-int8 (Jacob et al., 2018). `keras_attn.export.model_int8_tflite` writes the full-int8
-file. Layers that keep their input's int8 scale (dropout, reshaping, slicing, max pooling)
-get none. A layer `quantize_model` does not know
-stays float, gets no quantizer and is named in a warning: the TFLite converter then
-calibrates its output (post-training), nothing is rounded in silence.
+them) and every `Embedding` by a `QuantizedEmbedding` (its table rounded to the one int8
+scale the file's GATHER reads), holding the same weights, an `ActivationQuantizer` on each
+float model input (the file's QUANTIZE) and after every other layer whose output the int8
+TFLite file stores in int8 (Jacob et al., 2018). `keras_attn.export.model_int8_tflite`
+writes the full-int8 file. Layers that keep their input's int8 scale (dropout, reshaping,
+slicing, max pooling) get none. A layer `quantize_model` does not know stays float, gets no
+quantizer and is named in a warning: the TFLite converter then calibrates its output (post-
+training), nothing is rounded in silence.
 
 Example:
 >>> inputs = keras.Input((4,))
@@ -33,6 +34,7 @@ from keras_attn.quantization.qat_embeddings import layer_norm
 from keras_attn.quantization.qat_embeddings import layer_norm_quantizers
 from keras_attn.quantization.quantized_dense import QuantizedDense
 from keras_attn.quantization.quantized_dense import check_weight_quantization
+from keras_attn.quantization.quantized_embedding import QuantizedEmbedding
 
 # Keras layers whose int8 output has their input's scale (TFLite keeps it): no quantizer.
 SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Reshape,
@@ -99,7 +101,6 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999):
     if not isinstance(model, keras.Model) or not hasattr(model, "inputs") or not model.inputs:
         raise ValueError("`quantize_model` takes a built functional or Sequential Keras model. "
                          f"Received: model={type(model).__name__}")
-    unknown = []
     tracker = _Int8Tensors(decay)
 
     def clone(layer):
@@ -110,8 +111,9 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999):
         if isinstance(layer, keras.layers.LayerNormalization) and layer.axis in (-1, [-1]) \
                 and not isinstance(layer, QuantizedLayerNormalization):
             return QuantizedLayerNormalization(decay=decay, **layer.get_config())
-        if not isinstance(layer, SCALE_KEEPING + ROUNDED):
-            unknown.append(layer.name)
+        if isinstance(layer, keras.layers.Embedding) and not isinstance(
+                layer, QuantizedEmbedding):
+            return QuantizedEmbedding(**layer.get_config())
         return layer.__class__.from_config(layer.get_config())
 
     def call(layer, *args, **kwargs):
@@ -136,10 +138,18 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999):
         model = keras.Model(model.inputs, model.outputs, name=model.name)
     qat = keras.models.clone_model(model, clone_function=clone, call_function=call)
     _copy_weights(model, qat)
+    unknown = float_layers(qat)
     if unknown:
         warnings.warn(f"quantize_model keeps {len(unknown)} layer(s) in float, unquantized "
                       f"(not a layer it knows): {', '.join(unknown)}", stacklevel=2)
     return qat
+
+
+def float_layers(model):
+    """The names of the layers of a `quantize_model` copy (or of a model about to be
+    quantized) that `quantize_model` does not know and so leaves in float, unquantized."""
+    known = SCALE_KEEPING + ROUNDED + (keras.layers.Dense, QuantizedDense, ActivationQuantizer)
+    return [layer.name for layer in model.layers if not isinstance(layer, known)]
 
 
 class _Int8Tensors:
@@ -233,6 +243,8 @@ def freeze_model_ranges(model, frozen=True):
             (float(quantizer.min_value.numpy()), float(quantizer.max_value.numpy()))
             if frozen else None)
     for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, QuantizedEmbedding):
+            layer.freeze_weight_ranges(frozen)
         if isinstance(layer, QuantizedDense):
             layer.freeze_weight_ranges(frozen)
             producer = quantizers.get(layer.input_quantizer)
