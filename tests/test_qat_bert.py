@@ -168,6 +168,7 @@ def test_crf_emissions_model_is_the_network_without_the_crf(tmp_path):
     np.testing.assert_array_equal(float_outputs["tags"], twin_outputs["tags"])
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: the slow stage keeps make test within 15 min
 def test_crf_twin_trains_with_the_float_taggers_crf_loss():
     tagger = crf_tagger()
     qat = QatBert.from_float(tagger, quantize=False)

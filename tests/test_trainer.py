@@ -179,6 +179,7 @@ def test_gradient_accumulation_equals_one_large_batch(tmp_path):
         assert max_difference(large, accumulated) < WEIGHT_TOLERANCE, runner
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: the slow stage keeps make test within 15 min
 def test_mirrored_two_replicas_equal_one_device(tmp_path):
     # Without dropout: each replica draws its own masks for its half of the batch, so with
     # dropout the two runs are different (equally valid) random draws.
@@ -336,6 +337,7 @@ def test_continuing_a_run_of_another_task_is_a_config_error(tmp_path):
         Trainer(TrainingConfig.from_dict(values)).run()
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: the slow stage keeps make test within 15 min
 def test_quantization_aware_training_continues_a_float_run(tmp_path):
     import keras
 
