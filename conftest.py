@@ -19,11 +19,14 @@ collect_ignore = ["tests/fixtures"]
 TF_PACKAGES = ("text", "training", "runs", "export", "quantization", "inference")
 
 
-# The modules that take longest (`--durations`, AMD EPYC 2-core, 2026-11-28: 60 s to 250 s
-# each), run first: `make test` sends each module whole to one worker (`--dist loadscope`,
-# so a module's fixtures are built once, not once per worker) and the short modules then
-# fill in, so that both workers end together.
-LONGEST_FIRST = ("test_run_exporter", "test_trainer", "test_docs", "test_permutation_lm_task",
+# The modules that take longest in `make test` or `make test-slow` (`--durations`, AMD EPYC
+# 2-core, 2026-11-28: 50 s to 220 s each), run first: both send each module whole to one
+# worker (`--dist loadscope`, so a module's fixtures are built once, not once per worker)
+# and the short modules then fill in, so that both workers end together.
+LONGEST_FIRST = ("test_run_exporter", "test_crash_safety", "test_trainer", "test_predictor",
+                 "test_docs", "test_permutation_lm_task", "test_demo",
+                 "test_benchmarks_web_latency", "test_keras_native_export",
+                 "test_word_splitter", "test_transformer_xl_task",
                  "test_export_benchmark_scripts", "test_quantization_budget",
                  "test_run_directory", "test_quantization_sensitivity",
                  "test_onnx_int8_artifacts", "test_qat_bert", "test_tflite_export")

@@ -243,10 +243,9 @@ def freeze_model_ranges(model, frozen=True):
             (float(quantizer.min_value.numpy()), float(quantizer.max_value.numpy()))
             if frozen else None)
     for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, QuantizedEmbedding):
+        if isinstance(layer, (QuantizedDense, QuantizedEmbedding)):
             layer.freeze_weight_ranges(frozen)
         if isinstance(layer, QuantizedDense):
-            layer.freeze_weight_ranges(frozen)
             producer = quantizers.get(layer.input_quantizer)
             # The bias is then rounded as the file stores it (`int32_bias`).
             layer.frozen_input_step = producer.step() if frozen and producer else None

@@ -17,8 +17,8 @@ class QuantizedEmbedding(keras.layers.Embedding):
     TFLite's int8 GATHER reads an int8 table with one scale and returns rows at that scale,
     so the table is quantized per tensor and symmetrically (zero point 0); the lookup then
     gives exactly the rows the file gathers. Gradients pass the rounding unchanged (the
-    straight-through estimator of `fake_quant_with_min_max_vars`). `quantize_model` puts
-    an `ActivationQuantizer` after it when the next layer needs a scale of its own.
+    straight-through estimator of `fake_quantize_weight`). `quantize_model` puts an
+    `ActivationQuantizer` on its output, as on every layer whose output it rounds.
 
     Args:
         input_dim: int, the number of rows (vocabulary size).
