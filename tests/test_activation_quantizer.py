@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.quantization.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
 
 
 def fake_quant_reference(x, low, high, num_bits=8):

@@ -4,8 +4,8 @@ fake-quantized chain, including rows whose variance rounds to int8 code 0."""
 import keras
 import numpy as np
 
-from keras_attn.quantization.qat_embeddings import layer_norm
-from keras_attn.quantization.qat_embeddings import layer_norm_quantizers
+from keras_attn.layers.quantized_layer_normalization import layer_norm
+from keras_attn.layers.quantized_layer_normalization import layer_norm_quantizers
 from tests.test_activation_quantizer import fake_quant_reference
 
 

@@ -5,10 +5,10 @@ import keras
 import numpy as np
 import pytest
 
+from keras_attn.layers.encoder_int8_layout import ChannelRanges
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.quantization.qat_bert import QatBert
-from keras_attn.quantization.qat_encoder_block import ChannelRanges
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 
 pytestmark = pytest.mark.tensorflow

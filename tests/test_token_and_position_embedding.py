@@ -7,6 +7,8 @@ from keras import ops
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from tests.layer_test_case import run_layer_test
+from tests.test_activation_quantizer import fake_quant_reference
+from tests.test_quantized_embedding import numpy_rows
 
 IDS = np.array([[5, 6, 7, 0], [1, 2, 3, 4]], "int32")
 SEGMENTS = np.array([[0, 0, 1, 1], [0, 1, 1, 1]], "int32")
@@ -84,3 +86,39 @@ def test_bad_arguments(kwargs, message):
 def test_segment_ids_without_segment_table():
     with pytest.raises(ValueError, match="num_segments=2"):
         TokenAndPositionEmbedding(10, 6, 8)(IDS, segment_ids=SEGMENTS)
+
+
+def test_quantization_rounds_each_table_and_sum_as_the_int8_file_does():
+    """With `quantization`, the tables are the per-tensor symmetric int8 rows (TFLite's
+    GATHER; learned positions too) and each sum is fake-quantized at its calibrated range
+    (NumPy references); the weights are the float layer's, `quantize=False` is the float
+    layer, and the config round-trips."""
+    layer = TokenAndPositionEmbedding(10, 6, 8, num_segments=2,
+                                      quantization={"decay": 0.5})
+    layer(IDS, segment_ids=SEGMENTS, training=True)  # first call: the ranges are set
+    out = ops.convert_to_numpy(layer(IDS, segment_ids=SEGMENTS))
+    tokens, segments, positions = (ops.convert_to_numpy(table) for table in (
+        layer.token_embedding.embeddings, layer.segment_embedding.embeddings,
+        layer.position_embedding.embeddings))
+
+    def rounded(name, x):
+        quantizer = layer.quantizers[name]
+        return fake_quant_reference(x, float(quantizer.min_value.numpy()),
+                                    float(quantizer.max_value.numpy()))
+
+    summed = rounded("token_segment_quantizer",
+                     numpy_rows(tokens, IDS) + numpy_rows(segments, SEGMENTS))
+    expected = rounded("output_quantizer", summed + numpy_rows(positions, np.arange(4))[None])
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    float_sum = tokens[IDS] + segments[SEGMENTS] + positions[None, :4]
+    assert not np.allclose(out, float_sum, atol=1e-4)  # it did round
+    plain = TokenAndPositionEmbedding.from_config(
+        {**layer.get_config(), "quantization": {"quantize": False}})
+    plain.build(IDS.shape)
+    plain.set_weights(layer.get_weights())
+    np.testing.assert_allclose(ops.convert_to_numpy(plain(IDS, segment_ids=SEGMENTS)),
+                               float_sum, atol=1e-6)
+    assert TokenAndPositionEmbedding.from_config(layer.get_config()).quantization == {
+        "quantize": True, "decay": 0.5, "quantize_output": True}
+    with pytest.raises(ValueError, match="int8 settings"):
+        TokenAndPositionEmbedding(10, 6, 8, quantization={"float_residual": True})

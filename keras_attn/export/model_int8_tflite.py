@@ -14,6 +14,7 @@ from keras_attn.export.converter_process import run_job
 from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.export.tflite_float_ops import run_in_float
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 
@@ -26,6 +27,11 @@ def export_model_int8_tflite(model, output_path, representative_inputs):
     DEQUANTIZE at the edges), integer inputs (token ids) stay integers. The fake-quantized
     tensors become int8 at the scales QAT learned; the converter calibrates the few others
     on `representative_inputs`. Conversion runs in the converter's child process.
+
+    A model with a float residual stream (`quantize_model(..., float_residual=True)`)
+    becomes the mixed-precision file of the int8 recipe: only the fake-quantized tensors
+    are int8 (no calibration by the converter), and the ops XNNPACK has no int8 kernel
+    for run in float (`tflite_float_ops.run_in_float`), as the QAT model computes them.
 
     Args:
         model: a `keras_attn.quantization.quantize_model` copy with its ranges set.
@@ -105,7 +111,18 @@ def _convert_job(model_path, data_path, work, output_path):
         rows = {name: data[name] for name in names}
     converter = tf.lite.TFLiteConverter.from_saved_model(saved)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if _float_residual(model):
+        # Only the tensors with a FakeQuant become int8; a representative dataset would
+        # make the converter calibrate and quantize the float stream too.
+        atomic_files.write_bytes(output_path, run_in_float(converter.convert()))
+        return
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     converter.representative_dataset = lambda: (
         {name: rows[name][i] for name in names} for i in range(len(rows[names[0]])))
     atomic_files.write_bytes(output_path, converter.convert())
+
+
+def _float_residual(model):
+    """Whether a quantized encoder block of `model` keeps its residual stream in float."""
+    return any(getattr(layer, "quantization", None) and getattr(layer, "float_residual", False)
+               for layer in model._flatten_layers(include_self=False))

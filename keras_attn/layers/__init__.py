@@ -1,5 +1,6 @@
 """The keras-attn layer library (one public layer or op per module)."""
 
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.alibi_bias import AlibiBias
 from keras_attn.layers.alibi_bias import alibi_slopes
 from keras_attn.layers.attention_mask import causal_mask
@@ -10,6 +11,9 @@ from keras_attn.layers.crf import CRF
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.quantized_dense import QuantizedDense
+from keras_attn.layers.quantized_embedding import QuantizedEmbedding
+from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
 from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_attn.layers.relative_multi_head_attention import relative_shift
 from keras_attn.layers.rotary_embedding import RotaryEmbedding
@@ -30,10 +34,14 @@ from keras_attn.layers.two_stream_relative_attention import TwoStreamRelativeAtt
 from keras_attn.layers.xlnet_block import XLNetBlock
 
 __all__ = [
+    "ActivationQuantizer",
     "AlibiBias",
     "CRF",
     "MultiHeadAttention",
     "PositionEmbedding",
+    "QuantizedDense",
+    "QuantizedEmbedding",
+    "QuantizedLayerNormalization",
     "RelativeMultiHeadAttention",
     "RotaryEmbedding",
     "ScoredAttention",

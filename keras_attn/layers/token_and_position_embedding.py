@@ -3,13 +3,19 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.quantized_dense import fake_quantize_weight
+from keras_attn.layers.quantized_dense import frozen_bound
+from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import clone_initializer
 
 POSITION_ENCODINGS = ("learned", "sinusoidal")
+# The settings of `quantization` and their defaults.
+QUANTIZATION_DEFAULTS = dict(quantize=True, decay=0.999, quantize_output=None)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -35,6 +41,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         mask_zero: bool, token id 0 is padding: emit a Keras mask for downstream layers.
         embeddings_initializer: initializer of the token, segment and position tables.
             Defaults to `TruncatedNormal(stddev=0.02)` as in BERT.
+        quantization: optional dict of int8 settings (keys of `QUANTIZATION_DEFAULTS`:
+            `quantize`, `decay`, `quantize_output`), for quantization-aware training in
+            the layout of the int8 TFLite file: the tables are fake-quantized per tensor
+            (the one symmetric scale of TFLite's GATHER, `QuantizedEmbedding`), and each
+            sum (and the scaled token rows) gets an `ActivationQuantizer`; the output is
+            rounded unless `quantize_output=False`. Same weights as the float layer;
+            `keras_attn.quantization.quantize_model` sets it. Defaults to `None` (float).
 
     Call arguments:
         token_ids: `(B, T)` int tensor.
@@ -61,6 +74,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         scale_token_embeddings=False,
         mask_zero=False,
         embeddings_initializer=None,
+        quantization=None,
         **kwargs,
     ):
         check_positive_int("vocabulary_size", vocabulary_size)
@@ -75,6 +89,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 "sequence_length", sequence_length, "the size of the learned position table"
             )
         check_int("num_segments", num_segments, low=0)
+        quantization = _check_quantization(quantization)
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
         self.sequence_length = sequence_length
@@ -87,9 +102,22 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             embeddings_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
         )
         self.supports_masking = mask_zero
+        self.quantization = quantization
+        self.quantizers = {}
+        self.frozen_position_bound = None  # `max|P|` as a constant (export)
+        if quantization is not None:
+            quantize, decay = quantization["quantize"], quantization["decay"]
+            names = (["token_quantizer"] if scale_token_embeddings else []) + (
+                ["token_segment_quantizer"] if num_segments else [])
+            self.quantizers = {name: ActivationQuantizer(decay=decay, quantize=quantize,
+                                                         name=name) for name in names}
+            self.quantizers["output_quantizer"] = ActivationQuantizer(
+                decay=decay, quantize=quantization["quantize_output"], name="output_quantizer")
 
     def build(self, token_ids_shape, segment_ids_shape=None):
-        self.token_embedding = keras.layers.Embedding(
+        rounds = self.quantization is not None and self.quantization["quantize"]
+        embedding = QuantizedEmbedding if rounds else keras.layers.Embedding
+        self.token_embedding = embedding(
             self.vocabulary_size, self.embedding_dim,
             embeddings_initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.dtype_policy, name="token_embedding",
@@ -97,7 +125,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.token_embedding.build(token_ids_shape)
         self.segment_embedding = None
         if self.num_segments:
-            self.segment_embedding = keras.layers.Embedding(
+            self.segment_embedding = embedding(
                 self.num_segments, self.embedding_dim,
                 embeddings_initializer=clone_initializer(self.embeddings_initializer),
                 dtype=self.dtype_policy, name="segment_embedding",
@@ -115,9 +143,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 dtype=self.dtype_policy, name="position_embedding"
             )
         self.position_embedding.build(embedded_shape)
+        for quantizer in self.quantizers.values():
+            quantizer.build(())
         self.built = True
 
-    def call(self, token_ids, segment_ids=None, start_index=0):
+    def call(self, token_ids, segment_ids=None, start_index=0, training=None):
         if segment_ids is not None and not self.num_segments:
             raise ValueError(
                 "`segment_ids` were given but the layer has no segment embeddings. "
@@ -127,12 +157,38 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         embedded = self.token_embedding(token_ids)  # (B, T, d)
         if self.scale_token_embeddings:
             embedded = embedded * ops.cast(math.sqrt(self.embedding_dim), embedded.dtype)
+            embedded = self._round("token_quantizer", embedded, training)
         if self.segment_embedding is not None:
             if segment_ids is None:
                 segment_ids = ops.zeros_like(token_ids)
             embedded = embedded + self.segment_embedding(segment_ids)  # (B, T, d)
+            embedded = self._round("token_segment_quantizer", embedded, training)
         positions = self.position_embedding(embedded, start_index=start_index)  # (B, T, d)
-        return embedded + ops.cast(positions, embedded.dtype)
+        if self.quantization is not None and self.quantization["quantize"]:
+            positions = self._quantized_positions(positions)
+        outputs = embedded + ops.cast(positions, embedded.dtype)  # (B, T, d)
+        return self._round("output_quantizer", outputs, training)
+
+    def _round(self, name, x, training):
+        return self.quantizers[name](x, training=training) if name in self.quantizers else x
+
+    def _quantized_positions(self, positions):
+        """The position rows at the one int8 scale of the whole table (the file stores the
+        table, sinusoidal or learned, as one int8 constant)."""
+        bound = self.frozen_position_bound
+        if bound is None and self.position_encoding == "learned":
+            bound = ops.maximum(ops.max(ops.abs(self.position_embedding.embeddings)), 1e-8)
+        return fake_quantize_weight(positions, bound=bound)
+
+    def freeze_weight_ranges(self, frozen=True):
+        """The tables' bounds as constants of the traced graph (export) or computed
+        again."""
+        for layer in (self.token_embedding, self.segment_embedding):
+            if isinstance(layer, QuantizedEmbedding):
+                layer.freeze_weight_ranges(frozen)
+        self.frozen_position_bound = (
+            frozen_bound(self.position_embedding.embeddings)
+            if frozen and self.position_encoding == "learned" else None)
 
     def compute_mask(self, token_ids, previous_mask=None):
         if not self.mask_zero:
@@ -154,4 +210,20 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             mask_zero=self.mask_zero,
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
         )
+        if self.quantization is not None:
+            config["quantization"] = dict(self.quantization)
         return config
+
+
+def _check_quantization(quantization):
+    """`quantization` with every setting filled in, or an error naming the unknown ones."""
+    if quantization is None:
+        return None
+    if not isinstance(quantization, dict) or set(quantization) - set(QUANTIZATION_DEFAULTS):
+        raise ValueError(
+            "`quantization` must be None or a dict of the int8 settings "
+            f"{tuple(QUANTIZATION_DEFAULTS)}. Received: quantization={quantization!r}")
+    settings = {**QUANTIZATION_DEFAULTS, **quantization}
+    if settings["quantize_output"] is None:
+        settings["quantize_output"] = settings["quantize"]
+    return settings

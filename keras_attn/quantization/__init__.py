@@ -6,16 +6,16 @@ imported here: it runs the trainer, which reads the recipe) and quantization-awa
 (`keras.quantizers.fake_quant_with_min_max_vars`) of every tensor the int8 graph stores, in
 the layout the TFLite int8 kernels want."""
 
-from keras_attn.quantization.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.quantized_dense import QuantizedDense
+from keras_attn.layers.quantized_embedding import QuantizedEmbedding
+from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.quantization.quantize_model import QuantizedLayerNormalization
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
-from keras_attn.quantization.quantized_dense import QuantizedDense
-from keras_attn.quantization.quantized_embedding import QuantizedEmbedding
 
 __all__ = [
     "ActivationQuantizer",

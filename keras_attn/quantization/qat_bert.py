@@ -9,7 +9,13 @@ from keras_attn.checkpoints.bert_weights import BERT_EMBEDDING_WEIGHT_NAMES
 from keras_attn.checkpoints.bert_weights import BERT_POOLER_WEIGHT_NAMES
 from keras_attn.checkpoints.bert_weights import bert_block_weight_names
 from keras_attn.checkpoints.bert_weights import bert_weight_targets
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.crf import CRF
+from keras_attn.layers.encoder_int8_layout import MATMULS
+from keras_attn.layers.encoder_int8_layout import ChannelRanges
+from keras_attn.layers.encoder_int8_layout import check_feedforward_float_channels
+from keras_attn.layers.quantized_dense import QuantizedDense
+from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.transformer_block_base import serialize_activation
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
@@ -20,16 +26,10 @@ from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.models.bert_token_classifier import crf_loss
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_config import ModelConfig
-from keras_attn.quantization.activation_quantizer import ActivationQuantizer
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
-from keras_attn.quantization.qat_encoder_block import MATMULS
-from keras_attn.quantization.qat_encoder_block import ChannelRanges
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
-from keras_attn.quantization.qat_encoder_block import check_feedforward_float_channels
 from keras_attn.quantization.quantization_ops import check_float_ops
 from keras_attn.quantization.quantization_ops import quantization_ops
-from keras_attn.quantization.quantized_dense import QuantizedDense
-from keras_attn.quantization.quantized_dense import check_weight_quantization
 
 HEADS = ("classification", "token_classification")
 

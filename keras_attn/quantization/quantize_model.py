@@ -1,13 +1,16 @@
 """`quantize_model`: the quantization-aware form of a functional or `Sequential` Keras model
-of Keras layers (the first step of QAT for any Keras 3 model, issue 51; keras_attn's own
-attention and Transformer layers are not yet known to it and stay float, named in its warning).
+of Keras layers and keras-attn's post-LN encoder blocks and embeddings (pre-LN, decoder and
+relative-attention blocks and nested models are not yet known to it: they stay float, named in
+its warning).
 
 The model is cloned (`keras.models.clone_model`) with every `Dense` replaced by a
 `QuantizedDense` (int8 weights, per output channel by default, and an int8 output; its bias
 rounded at the int32 scale the file stores) and every last-axis `LayerNormalization` by a
 `QuantizedLayerNormalization` (its MEAN, SUB, MUL, RSQRT rounded as the int8 file rounds
 them) and every `Embedding` by a `QuantizedEmbedding` (its table rounded to the one int8
-scale the file's GATHER reads), holding the same weights, an `ActivationQuantizer` on each
+scale the file's GATHER reads), every post-LN `TransformerEncoderBlock` and every
+`TokenAndPositionEmbedding` by the same layer with its int8 layout (`quantization`), holding
+the same weights, an `ActivationQuantizer` on each
 float model input (the file's QUANTIZE) and after every other layer whose output the int8
 TFLite file stores in int8 (Jacob et al., 2018). `keras_attn.export.model_int8_tflite`
 writes the full-int8 file. Layers that keep their input's int8 scale (dropout, reshaping,
@@ -29,12 +32,13 @@ import warnings
 
 import keras
 
-from keras_attn.quantization.activation_quantizer import ActivationQuantizer
-from keras_attn.quantization.qat_embeddings import layer_norm
-from keras_attn.quantization.qat_embeddings import layer_norm_quantizers
-from keras_attn.quantization.quantized_dense import QuantizedDense
-from keras_attn.quantization.quantized_dense import check_weight_quantization
-from keras_attn.quantization.quantized_embedding import QuantizedEmbedding
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.quantized_dense import QuantizedDense
+from keras_attn.layers.quantized_dense import check_weight_quantization
+from keras_attn.layers.quantized_embedding import QuantizedEmbedding
+from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
+from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 
 # Keras layers whose int8 output has their input's scale (TFLite keeps it): no quantizer.
 SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Reshape,
@@ -49,49 +53,20 @@ ROUNDED = (keras.layers.LayerNormalization, keras.layers.Activation, keras.layer
            keras.layers.Lambda)
 
 
-@keras.saving.register_keras_serializable(package="keras_attn")
-class QuantizedLayerNormalization(keras.layers.LayerNormalization):
-    """`keras.layers.LayerNormalization` over the last axis with every intermediate tensor
-    fake-quantized where the int8 TFLite LayerNorm (MEAN, SUB, MUL, RSQRT, ADD; no fused
-    kernel) rounds it (`qat_embeddings.layer_norm`), so the file computes what QAT trained.
-
-    Args:
-        decay: float, EMA factor of the activation ranges.
-        **kwargs: `keras.layers.LayerNormalization` arguments (`axis=-1`).
-    """
-
-    def __init__(self, decay=0.999, **kwargs):
-        super().__init__(**kwargs)
-        if self.axis not in (-1, [-1]):
-            raise ValueError("QuantizedLayerNormalization normalizes the last axis only. "
-                             f"Received: axis={self.axis!r}")
-        self.decay = decay
-        self.part_quantizers = layer_norm_quantizers("layer_norm", decay, True)
-
-    def build(self, input_shape):
-        super().build(input_shape)
-        reduced = tuple(input_shape[:-1]) + (1,)
-        for part, quantizer in self.part_quantizers.items():
-            quantizer.build(input_shape if part == "centered" else reduced)
-
-    def call(self, inputs, training=None):
-        gamma = 1.0 if self.gamma is None else self.gamma
-        beta = 0.0 if self.beta is None else self.beta
-        return layer_norm(inputs, gamma, beta, self.epsilon, self.part_quantizers, training)
-
-    def get_config(self):
-        return {**super().get_config(), "decay": self.decay}
-
-
-def quantize_model(model, weight_quantization="per_channel", decay=0.999):
+def quantize_model(model, weight_quantization="per_channel", decay=0.999,
+                   float_residual=False):
     """The quantization-aware copy of `model` (which is left as it is).
 
     Args:
         model: a functional or `Sequential` `keras.Model` of Keras layers (`Dense`,
             `Embedding`, `LayerNormalization`, activations, `Add` and the other merges,
             `Dropout`, pooling, reshaping).
-        weight_quantization: `"per_channel"` or `"per_tensor"` int8 weights of `Dense`.
+        weight_quantization: `"per_channel"` or `"per_tensor"` int8 weights of `Dense`
+            and of the encoder blocks' matmuls.
         decay: float, EMA factor of the activation ranges.
+        float_residual: bool, the encoder blocks' residual sums, LayerNorms and attention
+            products in float (`EncoderInt8Layout`); their weight matmuls and outputs
+            stay int8. Defaults to `False` (all int8).
 
     Returns:
         A `keras.Model` with the same inputs, outputs and weights, fake-quantized; set its
@@ -114,6 +89,13 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999):
         if isinstance(layer, keras.layers.Embedding) and not isinstance(
                 layer, QuantizedEmbedding):
             return QuantizedEmbedding(**layer.get_config())
+        if _quantizable_block(layer):
+            return TransformerEncoderBlock.from_config({**layer.get_config(), "quantization": {
+                "weight_quantization": weight_quantization, "decay": decay,
+                "float_residual": float_residual}})
+        if isinstance(layer, TokenAndPositionEmbedding) and layer.quantization is None:
+            return TokenAndPositionEmbedding.from_config(
+                {**layer.get_config(), "quantization": {"decay": decay}})
         return layer.__class__.from_config(layer.get_config())
 
     def call(layer, *args, **kwargs):
@@ -121,9 +103,15 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999):
         first = keras.tree.flatten(args)[0] if keras.tree.flatten(args) else None
         if isinstance(layer, QuantizedDense):
             layer.input_quantizer = tracker.producer_path(first)
+        if _quantized(layer, TransformerEncoderBlock):
+            layer = _reading(layer, tracker.producer_path(first))
         outputs = layer(*args, **kwargs)
         if isinstance(layer, QuantizedDense):
             tracker.produced(outputs, layer.activation_quantizer or layer.output_quantizer)
+        elif _quantized(layer, TransformerEncoderBlock):
+            tracker.produced(outputs, layer.quantizers["feedforward_layer_norm_quantizer"])
+        elif _quantized(layer, TokenAndPositionEmbedding):
+            tracker.produced(outputs, layer.quantizers["output_quantizer"])
         elif isinstance(layer, ROUNDED):
             quantizer = ActivationQuantizer(decay=decay, name=f"{layer.name}_output_quantizer")
             outputs = keras.tree.map_structure(quantizer, outputs)
@@ -148,8 +136,31 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999):
 def float_layers(model):
     """The names of the layers of a `quantize_model` copy (or of a model about to be
     quantized) that `quantize_model` does not know and so leaves in float, unquantized."""
-    known = SCALE_KEEPING + ROUNDED + (keras.layers.Dense, QuantizedDense, ActivationQuantizer)
-    return [layer.name for layer in model.layers if not isinstance(layer, known)]
+    known = SCALE_KEEPING + ROUNDED + (keras.layers.Dense, QuantizedDense, ActivationQuantizer,
+                                       TokenAndPositionEmbedding)
+    return [layer.name for layer in model.layers
+            if not (isinstance(layer, known) or _quantizable_block(layer)
+                    or _quantized(layer, TransformerEncoderBlock))]
+
+
+def _quantizable_block(layer):
+    """A float encoder block that has an int8 layout (post-LN)."""
+    return (isinstance(layer, TransformerEncoderBlock) and layer.quantization is None
+            and not layer.norm_first)
+
+
+def _quantized(layer, kind):
+    return isinstance(layer, kind) and layer.quantization is not None
+
+
+def _reading(block, producer):
+    """`block` (a quantized encoder block, not yet called) set to read an input whose int8
+    codes `producer` made, or to round a float input itself (`quantize_input`)."""
+    settings = ({"input_producer": producer} if producer is not None
+                else {"quantize_input": True})
+    config = block.get_config()
+    return TransformerEncoderBlock.from_config(
+        {**config, "quantization": {**config["quantization"], **settings}})
 
 
 class _Int8Tensors:
@@ -197,7 +208,9 @@ def _copy_weights(model, qat):
         if not layer.weights:
             continue
         target = qat.get_layer(layer.name)
-        if isinstance(target, QuantizedDense):
+        if isinstance(target, (TransformerEncoderBlock, TokenAndPositionEmbedding)):
+            _copy_by_path(layer, target)
+        elif isinstance(target, QuantizedDense):
             target.kernel.assign(layer.kernel)
             if layer.bias is not None:
                 target.bias.assign(layer.bias)
@@ -207,6 +220,14 @@ def _copy_weights(model, qat):
                     getattr(target, name).assign(getattr(layer, name))
         else:
             target.set_weights(layer.get_weights())
+
+
+def _copy_by_path(layer, target):
+    """Copies each weight of `layer` to the weight of `target` at the same path below the
+    layer (`target` has the same sublayers, and quantizers besides)."""
+    targets = {variable.path.split("/", 1)[1]: variable for variable in target.weights}
+    for variable in layer.weights:
+        targets[variable.path.split("/", 1)[1]].assign(variable)
 
 
 def activation_quantizers(model):
@@ -243,9 +264,14 @@ def freeze_model_ranges(model, frozen=True):
             (float(quantizer.min_value.numpy()), float(quantizer.max_value.numpy()))
             if frozen else None)
     for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, (QuantizedDense, QuantizedEmbedding)):
+        if isinstance(layer, (QuantizedDense, QuantizedEmbedding)) or _quantized(
+                layer, (TransformerEncoderBlock, TokenAndPositionEmbedding)):
             layer.freeze_weight_ranges(frozen)
+        producer = None
         if isinstance(layer, QuantizedDense):
             producer = quantizers.get(layer.input_quantizer)
+        elif _quantized(layer, TransformerEncoderBlock):
+            producer = quantizers.get(layer.input_producer)
+        if hasattr(layer, "frozen_input_step"):
             # The bias is then rounded as the file stores it (`int32_bias`).
             layer.frozen_input_step = producer.step() if frozen and producer else None

@@ -4,8 +4,8 @@ the int8 TFLite file stores it (one symmetric scale for the whole table)."""
 import keras
 from keras import ops
 
-from keras_attn.quantization.quantized_dense import fake_quantize_weight
-from keras_attn.quantization.quantized_dense import frozen_bound
+from keras_attn.layers.quantized_dense import fake_quantize_weight
+from keras_attn.layers.quantized_dense import frozen_bound
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -5,9 +5,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_positive_int
-from keras_attn.quantization.activation_quantizer import ActivationQuantizer
 
 WEIGHT_QUANTIZATIONS = ("per_channel", "per_tensor")
 

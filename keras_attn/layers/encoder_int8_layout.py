@@ -1,0 +1,455 @@
+"""`EncoderInt8Layout`: the int8 layout of a post-LN encoder block (BERT's), fake-quantized
+for quantization-aware training, rounding where its int8 TFLite file rounds. Mixed into
+`TransformerEncoderBlock` (its `quantization` setting) and `QatEncoderBlock`; each supplies
+its weights through `_int8_weights()`."""
+
+import math
+
+import numpy as np
+from keras import ops
+
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.quantized_dense import check_weight_quantization
+from keras_attn.layers.quantized_dense import matmul_bound
+from keras_attn.layers.quantized_dense import quantized_matmul
+from keras_attn.layers.quantized_layer_normalization import layer_norm
+from keras_attn.layers.quantized_layer_normalization import layer_norm_quantizers
+from keras_attn.layers.validation import check_bool
+from keras_attn.layers.validation import check_int
+
+# TFLite's int8 SOFTMAX has a fixed output scale of 1/256 (zero point -128).
+SOFTMAX_RANGE = (0.0, 255.0 / 256.0)
+
+_QUANTIZER_NAMES = (
+    "qkv_quantizer", "context_quantizer", "attention_output_quantizer",
+    "attention_residual_quantizer", "attention_layer_norm_quantizer",
+    "intermediate_quantizer", "activation_quantizer", "feedforward_output_quantizer",
+    "feedforward_residual_quantizer", "feedforward_layer_norm_quantizer",
+)
+# The residual stream: float with `float_residual=True`.
+_RESIDUAL_QUANTIZER_NAMES = ("attention_residual_quantizer", "feedforward_residual_quantizer")
+# The weight matmuls, each with the quantizers of its int8 input (when the block produces
+# it) and output, which a float matmul (`float_matmuls`) switches off.
+MATMULS = {
+    "qkv": ("qkv_quantizer",),
+    "attention_output": ("context_quantizer", "attention_output_quantizer"),
+    "intermediate": ("attention_layer_norm_quantizer", "intermediate_quantizer"),
+    "feedforward_output": ("activation_quantizer", "feedforward_output_quantizer"),
+}
+# The settings of the layout (`TransformerEncoderBlock(quantization={...})` takes these
+# keys), with their defaults.
+LAYOUT_DEFAULTS = dict(
+    weight_quantization="per_channel", quantize=True, decay=0.999,
+    attention_mask_margin=12.0, masked_score=-1e9, float_residual=False,
+    feedforward_float_channels=0, float_matmuls=(), quantize_output=None,
+    quantize_input=False, input_producer=None,
+)
+
+
+class EncoderInt8Layout:
+    """The int8 computation of a post-LN Transformer encoder block (Vaswani et al., 2017,
+    §3.1; BERT's) with fake quantization (Jacob et al., 2018):
+
+        y = LN(x + Dropout(Attn(x))),  z = LN(y + Dropout(W_2 act(W_1 y + b_1) + b_2))
+        Attn(x) = concat_h(softmax(Q_h K_h^T / sqrt(d) + M) V_h) W_O
+
+    Layout: 2-D matmuls `(B*T, H) x (H, out)`, Q, K and V by one fused `(H, 3H)` matmul
+    and one split (`1/sqrt(d)` folded into the query columns inside the graph, so the
+    stored weights are the float model's), heads by reshape `(B, T, n, d)` + transpose,
+    and two batched matmuls per head group. Every matmul output, residual sum, LayerNorm
+    output, GELU output and the softmax output is quantized once, where it is produced.
+
+    Padding mask in int8: padded keys are set to the bottom of the score range, which
+    `ActivationQuantizer(mask_margin=...)` places `attention_mask_margin` below the EMA
+    minimum of the real scores. With `quantize=False` they get -1e9 (`masked_score`), as
+    in the float model.
+
+    `float_residual=True` leaves the residual sums and the LayerNorm internals in float
+    (their quantizers only track ranges); the LayerNorm outputs are rounded to int8 only
+    where a weight matmul reads them, and the residual sums and the float feed-forward
+    channels read them in float. BERT-like models carry a few outlier dimensions in the
+    residual stream (Bondarenko et al., 2021) that a per-tensor int8 range cannot hold
+    together with the others. The attention is float too between the int8 Q, K, V and the
+    int8 context: `Q K^T`, the mask, softmax and `P V` are not rounded (their quantizers
+    only track ranges). This is, rounding point for rounding point, what the int8 TFLite
+    file computes: ADD and LayerNorm in float between a DEQUANTIZE and a QUANTIZE, every
+    weight matmul in int8, the attention products, softmax and GELU in float
+    (`export.tflite_float_ops`), so the calibrated model predicts the file.
+
+    `feedforward_float_channels=k` (with `float_residual`) runs the k widest hidden
+    channels of the feed-forward network in float, the mixed-precision decomposition of
+    LLM.int8() (Dettmers et al., 2022, §3.2) applied to the FFN's hidden channels:
+
+        FFN(y) = W_2[:, I] act(W_1[I, :] y + b_1[I]) + b_2     (int8, F - k channels)
+               + W_2[:, O] act(W_1[O, :] y + b_1[O])            (float, k channels)
+
+    with `O` the k channels of widest calibrated range (`permute_feedforward_channels`
+    stores them last). The two parts meet in the float residual sum; the function is the
+    same for every k.
+
+    Settings (`LAYOUT_DEFAULTS`):
+        weight_quantization: `"per_channel"` or `"per_tensor"`. quantize: bool, `False`
+            runs the same graph in float. decay: EMA factor. attention_mask_margin: float,
+            see above. masked_score: float, masked scores when `quantize=False`.
+        float_residual: bool, see above. feedforward_float_channels: int in
+            `[0, intermediate_dim)`, more than 0 needs `float_residual`.
+        float_matmuls: names of `MATMULS` run in float, with the rounding of their input
+            (where the block makes it) and output (what an int8 budget moves to float).
+        quantize_output: bool, round the output to int8 (the next layer's first matmul
+            reads it). Defaults to `quantize`.
+        quantize_input: bool, round the input to int8 in the block (`input_quantizer`):
+            for an input that no int8 layer produced. Defaults to `False`.
+        input_producer: optional path of the `ActivationQuantizer` whose int8 codes the
+            input carries (`quantize_model` sets it): frozen ranges round the Q/K/V bias
+            at its step, as the file stores it (see `QuantizedDense`).
+
+    The host class sets `num_heads`, `intermediate_dim`, `layer_norm_epsilon`,
+    `activation` (a callable), the dropout sublayers `attention_dropout_layer`,
+    `attention_output_dropout_layer`, `feedforward_dropout_layer`, and defines
+    `_int8_weights()` and `_channel_axes()` (the `(variable, axis)` pairs a feed-forward
+    channel permutation moves). `_int8_weights()` returns `{name: tensor}`: `qkv_kernel`
+    `(H, 3H)` (the Q, K, V columns, heads in order), `qkv_bias` `(3H,)`, `output_kernel`
+    `(H, H)`, `output_bias`, `attention_gamma`, `attention_beta`, `intermediate_kernel`
+    `(H, F)`, `intermediate_bias`, `feedforward_output_kernel` `(F, H)`,
+    `feedforward_output_bias`, `feedforward_gamma`, `feedforward_beta`.
+    """
+
+    def _init_int8_layout(self, intermediate_dim, weight_quantization="per_channel",
+                          quantize=True, decay=0.999, attention_mask_margin=12.0,
+                          masked_score=-1e9, float_residual=False,
+                          feedforward_float_channels=0, float_matmuls=(),
+                          quantize_output=None, quantize_input=False, input_producer=None):
+        check_weight_quantization(weight_quantization)
+        check_bool("float_residual", float_residual)
+        check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
+                                         float_residual)
+        float_matmuls = check_float_matmuls(float_matmuls)
+        quantize_output = quantize if quantize_output is None else quantize_output
+        check_bool("quantize_output", quantize_output)
+        check_bool("quantize_input", quantize_input)
+        self.weight_quantization = weight_quantization
+        self.quantize = quantize
+        self.decay = decay
+        self.attention_mask_margin = attention_mask_margin
+        self.masked_score = masked_score
+        self.float_residual = float_residual
+        self.feedforward_float_channels = feedforward_float_channels
+        self.float_matmuls = float_matmuls
+        self.quantize_output = quantize_output
+        self.quantize_input = quantize_input
+        self.input_producer = input_producer
+        residual_quantize = quantize and not float_residual
+        float_quantizers = {name for matmul in float_matmuls for name in MATMULS[matmul]}
+        self.quantizers = {
+            name: ActivationQuantizer(decay=decay, name=name, quantize=(
+                residual_quantize if name in _RESIDUAL_QUANTIZER_NAMES
+                else quantize_output if name == "feedforward_layer_norm_quantizer"
+                else quantize and name not in float_quantizers))
+            for name in _QUANTIZER_NAMES
+        }
+        self.input_quantizer = (ActivationQuantizer(
+            decay=decay, quantize=quantize and "qkv" not in float_matmuls,
+            name="input_quantizer") if quantize_input else None)
+        # A `ChannelRanges` that eager calls update with the up-projection output (set
+        # while calibrating, to find the widest channels).
+        self.channel_statistics = None
+        self.attention_layer_norm_quantizers = layer_norm_quantizers(
+            "attention_layer_norm", decay, residual_quantize)
+        self.feedforward_layer_norm_quantizers = layer_norm_quantizers(
+            "feedforward_layer_norm", decay, residual_quantize)
+        # With `float_residual` the int8 file computes Q K^T, the mask, softmax and P V in
+        # float (`export.tflite_float_ops`): scores and probabilities are not rounded.
+        attention_quantize = quantize and not float_residual
+        self.score_quantizer = ActivationQuantizer(
+            decay=decay, mask_margin=attention_mask_margin, masked_value=masked_score,
+            quantize=attention_quantize, name="score_quantizer",
+        )
+        self.probability_quantizer = ActivationQuantizer(
+            fixed_range=SOFTMAX_RANGE, quantize=attention_quantize,
+            name="probability_quantizer"
+        )
+        self.frozen_bounds = None
+        # Set when the ranges are frozen: the step of the int8 input (rounds the qkv bias).
+        self.frozen_input_step = None
+
+    def int8_layout_config(self):
+        """The layout settings, as `_init_int8_layout` takes them."""
+        return dict(
+            weight_quantization=self.weight_quantization, quantize=self.quantize,
+            decay=self.decay, attention_mask_margin=self.attention_mask_margin,
+            masked_score=self.masked_score, float_residual=self.float_residual,
+            feedforward_float_channels=self.feedforward_float_channels,
+            float_matmuls=list(self.float_matmuls), quantize_output=self.quantize_output,
+            quantize_input=self.quantize_input, input_producer=self.input_producer,
+        )
+
+    def _build_int8_layout(self):
+        if self.feedforward_float_channels:
+            # Float channel j is stored at position i with order[i] = j
+            # (`float_order_feedforward_weights` undoes the permutation).
+            self.feedforward_channel_order = self.add_weight(
+                name="feedforward_channel_order", shape=(self.intermediate_dim,),
+                dtype="int32",
+                initializer=lambda shape, dtype=None: ops.arange(shape[0], dtype="int32"),
+                trainable=False, autocast=False,
+            )
+        for quantizer in self.int8_quantizers():
+            quantizer.build(())
+
+    def int8_quantizers(self):
+        """Every `ActivationQuantizer` of the layout."""
+        return (list(self.quantizers.values())
+                + list(self.attention_layer_norm_quantizers.values())
+                + list(self.feedforward_layer_norm_quantizers.values())
+                + [self.score_quantizer, self.probability_quantizer]
+                + ([self.input_quantizer] if self.input_quantizer is not None else []))
+
+    def _matmul(self, x, kernel, bias, name):
+        bound = self.frozen_bounds[name] if self.frozen_bounds else None
+        quantize = self.quantize and name not in self.float_matmuls
+        return quantized_matmul(x, kernel, bias, quantize, self.weight_quantization,
+                                bound, self._input_step(name))
+
+    def _input_step(self, name):
+        """The frozen int8 step of matmul `name`'s input (`None` unless the ranges are
+        frozen and the input int8): the block's input (`frozen_input_step`, or its own
+        `input_quantizer`) or the block's own quantizer."""
+        if not self.frozen_bounds:
+            return None
+        quantizer = (self.input_quantizer if name == "qkv"
+                     else self.quantizers[MATMULS[name][0]])
+        if quantizer is None:
+            return self.frozen_input_step
+        return quantizer.step() if quantizer.frozen_range and quantizer.quantize else None
+
+    def _query_scale(self, hidden_dim):
+        # 1/sqrt(d) scales the query columns of the fused kernel (folded into the int8
+        # weights by the converter) instead of the scores.
+        d = hidden_dim // self.num_heads
+        return ops.concatenate([
+            ops.full((hidden_dim,), 1.0 / math.sqrt(d), dtype="float32"),
+            ops.ones((2 * hidden_dim,), "float32"),
+        ])  # (3H,)
+
+    def freeze_weight_ranges(self, frozen=True):
+        """Weight ranges as constants of the traced graph (export) or computed again."""
+        if not frozen:
+            self.frozen_bounds = None
+            return
+        w, wq = self._int8_weights(), self.weight_quantization
+        scale = self._query_scale(w["qkv_kernel"].shape[0])
+        channels = self._feedforward_parts()[0][0]
+        self.frozen_bounds = {
+            "qkv": matmul_bound(w["qkv_kernel"] * scale, wq),
+            "attention_output": matmul_bound(w["output_kernel"], wq),
+            "intermediate": matmul_bound(w["intermediate_kernel"][:, channels], wq),
+            "feedforward_output": matmul_bound(w["feedforward_output_kernel"][channels], wq),
+        }
+
+    def _feedforward_parts(self):
+        """`(channels, quantized)` of each part of the feed-forward network: the int8
+        channels, then the `feedforward_float_channels` float ones (stored last)."""
+        F, k = self.intermediate_dim, self.feedforward_float_channels
+        if not k:
+            return [(slice(None), True)]
+        return [(slice(0, F - k), True), (slice(F - k, F), False)]
+
+    def permute_feedforward_channels(self, order):
+        """Reorders the feed-forward hidden channels: stored channel `i` becomes the one
+        at `order[i]`. The block computes the same function (the up-projection's columns
+        and the down-projection's rows move together); only which channels are the last
+        `feedforward_float_channels`, the float ones, changes. Call it before the ranges
+        are set.
+
+        Args:
+            order: a permutation of `range(intermediate_dim)`, e.g. the channels sorted
+                by their calibrated range, widest last.
+        """
+        order = np.asarray(order)
+        if sorted(order.tolist()) != list(range(self.intermediate_dim)):
+            raise ValueError(
+                f"`order` must be a permutation of range({self.intermediate_dim}) (the "
+                f"feed-forward channels). Received: order of shape {order.shape}"
+            )
+        if not self.feedforward_float_channels:
+            raise ValueError("Permuting the feed-forward channels only matters with "
+                             "`feedforward_float_channels` > 0. Received: "
+                             "feedforward_float_channels=0")
+
+        for variable, axis in self._channel_axes() + [(self.feedforward_channel_order, 0)]:
+            variable.assign(np.take(ops.convert_to_numpy(variable), order, axis=axis))
+
+    def float_order_feedforward_weights(self):
+        """`{path: NumPy value}` of the feed-forward weights back in the float model's
+        channel order (what `permute_feedforward_channels` moved); `{}` without
+        `feedforward_float_channels`."""
+        if not self.feedforward_float_channels:
+            return {}
+        inverse = np.argsort(ops.convert_to_numpy(self.feedforward_channel_order))
+        return {variable.path: np.take(ops.convert_to_numpy(variable), inverse, axis=axis)
+                for variable, axis in self._channel_axes()}
+
+    def _int8_call(self, inputs, padding_mask, training=None, query_length=None,
+                   residual=None, return_residual=False):
+        """The block's output `(B, q, H)` (`q = T` without `query_length`); see
+        `QatEncoderBlock` for `residual` and `return_residual`."""
+        q, w = self.quantizers, self._int8_weights()
+        H = inputs.shape[-1]
+        n = self.num_heads
+        d = H // n
+        batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
+        # What the first residual sum reads: the float output of the block before (see
+        # `residual`), or the input (float when the block rounds it itself).
+        residual = inputs if residual is None else residual  # (B, T, H)
+        if self.input_quantizer is not None:
+            inputs = self.input_quantizer(inputs, training=training)
+        x = ops.reshape(inputs, (-1, H))  # (B*T, H), what the weight matmuls read
+        rows = length if query_length is None else query_length  # q, the query rows
+        residual_rows = x if residual is inputs else ops.reshape(residual, (-1, H))
+
+        # === Self-attention ===
+        scale = self._query_scale(H)  # (3H,)
+        qkv = self._matmul(x, w["qkv_kernel"] * scale, w["qkv_bias"] * scale, "qkv")
+        qkv = q["qkv_quantizer"](qkv, training=training)
+        # One SPLIT, not three strided slices of a (B, T, 3, n, d) view: XNNPACK takes
+        # SPLIT, and the slices cut its graph (fp32 TFLite L4/H256, T=128: 10 -> 6
+        # partitions, 13.2 -> 10.5 ms).
+        query, key, value = ops.split(qkv, 3, axis=-1)  # 3 x (B*T, H)
+        if query_length is not None:
+            # Only the first q rows are read later (the [CLS] row of a classifier's last
+            # block): they alone are queries, and the rest of the block runs on q rows.
+            query = ops.reshape(query, (batch, length, H))[:, :query_length]  # (B, q, H)
+            residual_rows = ops.reshape(residual[:, :query_length], (-1, H))  # (B*q, H)
+        x = residual_rows  # (B*q, H)
+
+        def heads(x, rows, order):
+            return ops.transpose(ops.reshape(x, (batch, rows, n, d)), order)
+
+        query = heads(query, rows, (0, 2, 1, 3))  # (B, n, q, d)
+        key_t = heads(key, length, (0, 2, 3, 1))  # (B, n, d, T)
+        value = heads(value, length, (0, 2, 1, 3))  # (B, n, T, d)
+        scores = ops.matmul(query, key_t)  # (B, n, q, T)
+        key_mask = (None if padding_mask is None
+                    else ops.cast(padding_mask, "bool")[:, None, None, :])  # (B, 1, 1, T)
+        scores = self.score_quantizer(scores, stats_mask=key_mask, training=training)
+        probs = self.probability_quantizer(ops.softmax(scores, axis=-1))  # (B, n, q, T)
+        probs = self.attention_dropout_layer(probs, training=training)
+        context = ops.matmul(probs, value)  # (B, n, q, d)
+        context = q["context_quantizer"](context, training=training)
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, H))  # (B*q, H)
+        attended = self._matmul(context, w["output_kernel"], w["output_bias"],
+                                "attention_output")  # (B*q, H)
+        attended = q["attention_output_quantizer"](attended, training=training)
+        attended = self.attention_output_dropout_layer(attended, training=training)
+        x = q["attention_residual_quantizer"](x + attended, training=training)
+        x = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
+                       self.attention_layer_norm_quantizers, training)  # (B*q, H)
+        x_int8 = q["attention_layer_norm_quantizer"](x, training=training)  # (B*q, H)
+        x = x if self.float_residual else x_int8  # what the residual and float parts read
+
+        # === Feed-forward: the int8 channels, then the float ones ===
+        h = None
+        for part, (channels, quantized) in enumerate(self._feedforward_parts()):
+            output = self._feedforward_part(x_int8 if quantized else x, part, channels,
+                                            quantized, training)
+            h = output if h is None else h + output  # (B*q, H)
+        h = self.feedforward_dropout_layer(h, training=training)
+        x = q["feedforward_residual_quantizer"](x + h, training=training)
+        x = layer_norm(x, w["feedforward_gamma"], w["feedforward_beta"],
+                       self.layer_norm_epsilon, self.feedforward_layer_norm_quantizers,
+                       training)
+        x_int8 = q["feedforward_layer_norm_quantizer"](x, training=training)
+        outputs = ops.reshape(x_int8, (batch, rows, H))  # (B, q, H); q = T by default
+        if not return_residual:
+            return outputs
+        return outputs, (ops.reshape(x, (batch, rows, H)) if self.float_residual
+                         else outputs)
+
+    def _feedforward_part(self, x, part, channels, quantized, training):
+        q, w = self.quantizers, self._int8_weights()
+        whole = not self.feedforward_float_channels
+        kernel_in = (w["intermediate_kernel"] if whole
+                     else w["intermediate_kernel"][:, channels])
+        bias_in = w["intermediate_bias"] if whole else w["intermediate_bias"][channels]
+        kernel_out = (w["feedforward_output_kernel"] if whole
+                      else w["feedforward_output_kernel"][channels])
+        if quantized:
+            h = self._matmul(x, kernel_in, bias_in, "intermediate")  # (B*q, F - k)
+        else:
+            h = ops.matmul(x, kernel_in) + bias_in  # (B*q, k), on the float LayerNorm output
+        if self.channel_statistics is not None:
+            self.channel_statistics.update(part, h)
+        if not quantized:
+            # b_2 is added once, by the int8 part.
+            return ops.matmul(self.activation(h), kernel_out)  # (B*q, H)
+        h = q["intermediate_quantizer"](h, training=training)
+        h = q["activation_quantizer"](self.activation(h), training=training)
+        h = self._matmul(h, kernel_out, w["feedforward_output_bias"],
+                         "feedforward_output")  # (B*q, H)
+        return q["feedforward_output_quantizer"](h, training=training)
+
+
+def check_layout_settings(settings):
+    """`settings` (a dict of `LAYOUT_DEFAULTS` keys, or `None`) as a new dict, or an error
+    naming the unknown keys."""
+    if settings is None:
+        return None
+    if not isinstance(settings, dict):
+        raise ValueError("`quantization` must be a dict of int8 layout settings "
+                         f"({', '.join(LAYOUT_DEFAULTS)}) or None. Received: "
+                         f"quantization={settings!r}")
+    unknown = sorted(set(settings) - set(LAYOUT_DEFAULTS))
+    if unknown:
+        raise ValueError(f"Unknown int8 layout setting(s) {unknown} in `quantization`; the "
+                         f"settings are {', '.join(LAYOUT_DEFAULTS)}. Received: "
+                         f"quantization={settings!r}")
+    return dict(settings)
+
+
+def check_float_matmuls(float_matmuls):
+    """`float_matmuls` as a tuple of `MATMULS` names (in graph order), or an error naming
+    the argument."""
+    if isinstance(float_matmuls, str) or not all(m in MATMULS for m in float_matmuls):
+        raise ValueError(f"`float_matmuls` must be a list of {tuple(MATMULS)}. Received: "
+                         f"float_matmuls={float_matmuls!r}")
+    return tuple(m for m in MATMULS if m in float_matmuls)
+
+
+def check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
+                                     float_residual):
+    """Raises unless `feedforward_float_channels` is an int in `[0, intermediate_dim)`,
+    and above 0 only with `float_residual` (the float channels' output is added in
+    float)."""
+    k = feedforward_float_channels
+    check_int("feedforward_float_channels", k, 0, intermediate_dim,
+              meaning="the feed-forward channels kept in float", high_name="intermediate_dim")
+    if k and float_residual is not True:
+        raise ValueError(
+            "`feedforward_float_channels` > 0 needs `float_residual=True`: the float "
+            f"channels' output is added to the residual in float. Received: "
+            f"feedforward_float_channels={k}, float_residual={float_residual!r}"
+        )
+
+
+class ChannelRanges:
+    """Running per-channel min and max of the feed-forward up-projection output, part by
+    part (eager calls only: the values are read as NumPy)."""
+
+    def __init__(self):
+        self._parts = {}
+
+    def update(self, part, h):
+        h = ops.convert_to_numpy(h)  # (N, channels of the part)
+        low, high = h.min(axis=0), h.max(axis=0)
+        if part in self._parts:
+            low = np.minimum(low, self._parts[part][0])
+            high = np.maximum(high, self._parts[part][1])
+        self._parts[part] = (low, high)
+
+    def widths(self):
+        """`max - min` of every channel `(F,)`, in stored order."""
+        if not self._parts:
+            raise ValueError("No channel ranges were collected: run the block eagerly on "
+                             "at least one batch first.")
+        parts = [self._parts[p] for p in sorted(self._parts)]
+        return np.concatenate([high - low for low, high in parts])

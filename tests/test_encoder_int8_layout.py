@@ -1,0 +1,124 @@
+"""The int8 layout of an encoder block (`EncoderInt8Layout`): `TransformerEncoderBlock`'s
+`quantization` setting, on the float block's own weights."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+
+H, F, T = 8, 16, 5
+MASK = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+
+
+def float_block(fused_qkv, seed=0):
+    block = TransformerEncoderBlock(2, F, activation="gelu", fused_qkv=fused_qkv,
+                                    layer_norm_epsilon=1e-12)
+    block.build((None, None, H))
+    rng = np.random.default_rng(seed)
+    for variable in block.trainable_weights:
+        variable.assign(rng.normal(scale=0.5, size=variable.shape))
+    return block
+
+
+def with_layout(block, **settings):
+    """A copy of the float `block` with the int8 layout and the block's weights."""
+    quantized = TransformerEncoderBlock.from_config(
+        {**block.get_config(), "quantization": settings})
+    quantized.build((None, None, H))
+    targets = {v.path.split("/", 1)[1]: v for v in quantized.weights}
+    for variable in block.weights:
+        targets[variable.path.split("/", 1)[1]].assign(variable)
+    return quantized
+
+
+def inputs(seed=1):
+    return np.random.default_rng(seed).normal(size=(2, T, H)).astype("float32")
+
+
+@pytest.mark.parametrize("fused_qkv", [True, False])
+def test_the_layout_without_rounding_is_the_float_block(fused_qkv):
+    """`quantize=False` runs the layout's graph (one (H, 3H) matmul, heads by reshape) on
+    the float weights: the float block's function, fused or separate Q/K/V kernels."""
+    block = float_block(fused_qkv)
+    expected = ops.convert_to_numpy(block(inputs(), padding_mask=MASK))
+    got = ops.convert_to_numpy(with_layout(block, quantize=False)(inputs(), padding_mask=MASK))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    # Only the first rows as queries, as the float block does.
+    first = with_layout(block, quantize=False)(inputs(), padding_mask=MASK, query_length=1)
+    np.testing.assert_allclose(ops.convert_to_numpy(first), expected[:, :1], atol=1e-5)
+
+
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("float_residual", [False, True])
+def test_the_layout_computes_what_the_qat_bert_block_computes(float_residual):
+    """On the same weights and after the same range updates, the block with `quantization`
+    equals `QatEncoderBlock` (whose int8 files are checked against LiteRT)."""
+    from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
+    block = with_layout(float_block(True), float_residual=float_residual)
+    twin = QatEncoderBlock(2, F, float_residual=float_residual)
+    twin.build((None, None, H))
+    for name, value in block._int8_weights().items():
+        getattr(twin, name).assign(value)
+    for seed in range(3):
+        block(inputs(seed), padding_mask=MASK, training=True)
+        twin(inputs(seed), padding_mask=MASK, training=True)
+    np.testing.assert_array_equal(ops.convert_to_numpy(block(inputs(), padding_mask=MASK)),
+                                  ops.convert_to_numpy(twin(inputs(), padding_mask=MASK)))
+
+
+def test_the_output_is_on_its_int8_grid_and_the_input_rounded_when_asked():
+    block = with_layout(float_block(True), quantize_input=True)
+    block(inputs(), padding_mask=MASK, training=True)
+    output = ops.convert_to_numpy(block(inputs(), padding_mask=MASK))
+    quantizer = block.quantizers["feedforward_layer_norm_quantizer"]
+    # Fake quantization nudges the range so that 0 is a code: the grid is that of the
+    # step, from the lowest output.
+    codes = (output - output.min()) / float(quantizer.step())
+    np.testing.assert_allclose(codes, np.round(codes), atol=2e-3)
+    assert len(np.unique(np.round(codes))) > 20  # not a constant
+    assert float(block.input_quantizer.max_value.numpy()) == pytest.approx(inputs().max())
+    float_output = ops.convert_to_numpy(
+        with_layout(float_block(True), quantize=False)(inputs(), padding_mask=MASK))
+    assert not np.allclose(output, float_output, atol=1e-3)  # it did round
+
+
+def test_qat_fits_and_the_keras_file_keeps_layout_and_ranges(tmp_path):
+    """A model of quantized blocks trains with `fit` (the straight-through estimator:
+    weights move, ranges follow) and comes back from `.keras` computing the same."""
+    keras.utils.set_random_seed(0)
+    x = np.random.default_rng(0).normal(size=(64, T, H)).astype("float32")
+    y = (x[:, 0, 0] > 0).astype("int32")
+    features = keras.Input((T, H))
+    hidden = TransformerEncoderBlock(2, F, quantization={"quantize_input": True})(features)
+    model = keras.Model(features, keras.layers.Dense(2)(hidden[:, 0]))
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    block = model.layers[1]
+    kernel = ops.convert_to_numpy(block.feedforward_intermediate_dense.kernel).copy()
+    history = model.fit(x, y, epochs=8, batch_size=16, verbose=0).history["loss"]
+    assert history[-1] < 0.7 * history[0], history
+    assert not np.allclose(ops.convert_to_numpy(block.feedforward_intermediate_dense.kernel),
+                           kernel)
+    assert float(block.quantizers["qkv_quantizer"].max_value.numpy()) > 0
+    path = tmp_path / "qat.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.layers[1].quantization == block.int8_layout_config()
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded(x[:4])),
+                               ops.convert_to_numpy(model(x[:4])), atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, call, match", [
+    (dict(quantization={"float_residuals": True}), {}, "Unknown int8 layout setting"),
+    (dict(quantization="int8"), {}, "must be a dict"),
+    (dict(quantization={}, norm_first=True), {}, "post-LN"),
+    (dict(quantization={"feedforward_float_channels": 2}), {}, "needs `float_residual"),
+    (dict(quantization={}), dict(use_causal_mask=True), "padding mask only.*use_causal"),
+    (dict(quantization={}, key_dim=3), {}, "key_dim \\* num_heads"),
+])
+def test_layout_errors_name_the_setting(kwargs, call, match):
+    with pytest.raises(ValueError, match=match):
+        block = TransformerEncoderBlock(2, F, **kwargs)
+        block(inputs(), **call)
