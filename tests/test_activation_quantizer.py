@@ -104,3 +104,12 @@ def test_serialization_round_trip(tmp_path):
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ActivationQuantizer(**kwargs)
+
+
+def test_the_keras_mask_passes_through():
+    """Elementwise: a padding mask (`Embedding(mask_zero=True)`) reaches the next layer, as
+    without the quantizer (quantize_model puts one after each rounded layer)."""
+    ids = np.array([[3, 4, 0, 0]])
+    rows = keras.layers.Embedding(8, 4, mask_zero=True)(ids)
+    quantized = ActivationQuantizer()(rows, training=True)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(quantized._keras_mask), ids != 0)

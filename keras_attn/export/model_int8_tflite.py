@@ -19,12 +19,13 @@ from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 
 
-def export_model_int8_tflite(model, output_path, representative_inputs):
+def export_model_int8_tflite(model, output_path, representative_inputs, sequence_length=None):
     """Converts a calibrated (or trained) `quantize_model` copy to a full-int8 `.tflite`.
 
     Its inputs get a static batch-1 signature (the other dimensions must be known: give
-    `keras.Input` a fixed length); float inputs and outputs stay float32 (QUANTIZE and
-    DEQUANTIZE at the edges), integer inputs (token ids) stay integers. The fake-quantized
+    `keras.Input` a fixed length, or `sequence_length` for inputs of any length); float
+    inputs and outputs stay float32 (QUANTIZE and DEQUANTIZE at the edges), integer inputs
+    (token ids) stay integers. The fake-quantized
     tensors become int8 at the scales QAT learned; the converter calibrates the few others
     on `representative_inputs`. Conversion runs in the converter's child process.
 
@@ -37,7 +38,10 @@ def export_model_int8_tflite(model, output_path, representative_inputs):
         model: a `keras_attn.quantization.quantize_model` copy with its ranges set.
         output_path: str or path of the `.tflite` file.
         representative_inputs: a list of model inputs (arrays, or dicts for named
-            inputs) with a batch dimension: real examples, at least one.
+            inputs) with a batch dimension: real examples, at least one, of the file's
+            length.
+        sequence_length: optional int, the file's length for inputs built with a
+            dynamic one (`keras.Input((None,))`, as keras-attn's backbones are).
 
     Returns:
         Dict `{"path", "size_bytes", "float_layers"}` (the layers `quantize_model` left in
@@ -47,7 +51,7 @@ def export_model_int8_tflite(model, output_path, representative_inputs):
         ValueError: an input of unknown size, or no representative inputs.
         TFLiteExportError: the conversion failed, or a Flex/custom op appeared.
     """
-    specs = _batch_one_specs(model)
+    specs = _batch_one_specs(model, sequence_length)
     rows = _rows(representative_inputs, [spec.name for spec in specs])
     output_path = os.path.abspath(os.fspath(output_path))
     os.makedirs(os.path.dirname(output_path), exist_ok=True)
@@ -57,7 +61,7 @@ def export_model_int8_tflite(model, output_path, representative_inputs):
         data_path = os.path.join(work, "representative.npz")
         np.savez(data_path, **rows)
         result = run_job("keras_attn.export.model_int8_tflite:_convert_job",
-                         [model_path, data_path, work, output_path])
+                         [model_path, data_path, work, output_path, sequence_length])
         if not result.ok:
             raise TFLiteExportError(f"int8 TFLite conversion failed {result.failure()}")
     report = tflite_op_report(output_path)
@@ -66,15 +70,17 @@ def export_model_int8_tflite(model, output_path, representative_inputs):
             "float_layers": float_layers(model), **report}
 
 
-def _batch_one_specs(model):
+def _batch_one_specs(model, sequence_length=None):
     specs = []
     for tensor in model.inputs:
         shape = tuple(tensor.shape[1:])
+        if sequence_length is not None and shape and shape[0] is None:
+            shape = (sequence_length, *shape[1:])
         if any(size is None for size in shape):
             raise ValueError(
                 f"Input {tensor.name!r} has shape {tensor.shape}: a TFLite file for phones has "
-                "static shapes; build the model with a fixed length, e.g. "
-                "keras.Input((128,), dtype='int32').")
+                "static shapes; pass `sequence_length=` or build the model with a fixed "
+                "length, e.g. keras.Input((128,), dtype='int32').")
         specs.append(tf.TensorSpec((1, *shape), tensor.dtype, name=tensor.name))
     return specs
 
@@ -92,16 +98,17 @@ def _rows(representative_inputs, names):
     return {name: np.stack(value) for name, value in rows.items()}
 
 
-def _convert_job(model_path, data_path, work, output_path):
+def _convert_job(model_path, data_path, work, output_path, sequence_length):
     """The conversion, in the converter's child process."""
     model = keras.saving.load_model(model_path)
     freeze_model_ranges(model)
-    specs = _batch_one_specs(model)
+    specs = _batch_one_specs(model, sequence_length)
     names = [spec.name for spec in specs]
 
     @tf.function(input_signature=specs)
     def serve(*inputs):
-        return {"output": model(list(inputs) if len(inputs) > 1 else inputs[0],
+        # The model's own input structure (a list, a dict of named inputs, one tensor).
+        return {"output": model(keras.tree.pack_sequence_as(model.input, list(inputs)),
                                 training=False)}
 
     saved = os.path.join(work, "saved_model")

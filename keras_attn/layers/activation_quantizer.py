@@ -94,6 +94,7 @@ class ActivationQuantizer(keras.layers.Layer):
         check_number("masked_value", masked_value)
         check_bool("quantize", quantize)
         super().__init__(**kwargs)
+        self.supports_masking = True  # elementwise: the Keras mask passes through
         self.decay = float(decay)
         self.fixed_range = fixed_range
         self.mask_margin = float(mask_margin)

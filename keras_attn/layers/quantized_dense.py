@@ -102,8 +102,9 @@ class QuantizedDense(keras.layers.Layer):
         y = act(Q_a(W_q x + b)),  W_q = FakeQuant(W) (symmetric), Q_a = ActivationQuantizer
 
     The input is expected to be quantized already (each tensor is quantized once, where it
-    is produced). With an activation, its output is quantized again by
-    `activation_quantizer`; the pre-activation by `output_quantizer`.
+    is produced), or is rounded by the layer itself with `quantize_input=True`. With an
+    activation, its output is quantized again by `activation_quantizer`; the
+    pre-activation by `output_quantizer`.
 
     Args:
         units: int, output size.
@@ -114,7 +115,9 @@ class QuantizedDense(keras.layers.Layer):
         decay: float, EMA factor of the activation ranges. Defaults to `0.999`.
         quantize_output: bool, round the output (after the activation) to int8, for a
             next int8 matmul. Defaults to `quantize`.
-        input_quantizer: optional path of the `ActivationQuantizer` whose int8 codes the
+        quantize_input: bool, round a float input to int8 (`input_quantizer`), for an
+            input that no int8 layer produced. Defaults to `False`.
+        input_producer: optional path of the `ActivationQuantizer` whose int8 codes the
             input carries (`quantize_model` sets it): frozen ranges round the bias at its
             step (`int32_bias`), as the int8 file stores it. Defaults to `None`.
         **kwargs: base `keras.layers.Layer` arguments.
@@ -133,12 +136,13 @@ class QuantizedDense(keras.layers.Layer):
     """
 
     def __init__(self, units, activation=None, weight_quantization="per_channel",
-                 quantize=True, decay=0.999, quantize_output=None, input_quantizer=None,
-                 **kwargs):
+                 quantize=True, decay=0.999, quantize_output=None, quantize_input=False,
+                 input_producer=None, **kwargs):
         check_positive_int("units", units)
         check_weight_quantization(weight_quantization)
         quantize_output = quantize if quantize_output is None else quantize_output
         check_bool("quantize_output", quantize_output)
+        check_bool("quantize_input", quantize_input)
         super().__init__(**kwargs)
         self.units = units
         self.activation = keras.activations.get(activation)
@@ -146,13 +150,17 @@ class QuantizedDense(keras.layers.Layer):
         self.quantize = quantize
         self.decay = decay
         self.quantize_output = quantize_output
-        self.input_quantizer = input_quantizer
+        self.quantize_input = quantize_input
+        self.input_producer = input_producer
+        self.input_quantizer = (ActivationQuantizer(decay=decay, quantize=quantize,
+                                                    name="input_quantizer")
+                                if quantize_input else None)
         self.output_quantizer = ActivationQuantizer(
             decay=decay, quantize=quantize if activation is not None else quantize_output,
             name="output_quantizer"
         )
         self.frozen_bounds = None
-        # Set by `QatBert.freeze_ranges`: the step of the int8 input (rounds the bias).
+        # Set when the ranges are frozen: the step of the int8 input (rounds the bias).
         self.frozen_input_step = None
         self.activation_quantizer = None
         if activation is not None:
@@ -165,12 +173,16 @@ class QuantizedDense(keras.layers.Layer):
         self.kernel = self.add_weight(name="kernel", shape=(in_dim, self.units))
         self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
         out_shape = tuple(inputs_shape[:-1]) + (self.units,)
+        if self.input_quantizer is not None:
+            self.input_quantizer.build(inputs_shape)
         self.output_quantizer.build(out_shape)
         if self.activation_quantizer is not None:
             self.activation_quantizer.build(out_shape)
         self.built = True
 
     def call(self, inputs, training=None):
+        if self.input_quantizer is not None:
+            inputs = self.input_quantizer(inputs, training=training)
         in_dim = self.kernel.shape[0]
         leading = ops.shape(inputs)[:-1]
         x = ops.reshape(inputs, (-1, in_dim))  # (N, in)
@@ -202,6 +214,7 @@ class QuantizedDense(keras.layers.Layer):
             quantize=self.quantize,
             decay=self.decay,
             quantize_output=self.quantize_output,
-            input_quantizer=self.input_quantizer,
+            quantize_input=self.quantize_input,
+            input_producer=self.input_producer,
         )
         return config

@@ -39,12 +39,15 @@ from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.validation import check_bool
 
 # Keras layers whose int8 output has their input's scale (TFLite keeps it): no quantizer.
 SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Reshape,
                  keras.layers.Flatten, keras.layers.Permute, keras.layers.Cropping1D,
                  keras.layers.MaxPooling1D, keras.layers.GlobalMaxPooling1D,
                  keras.layers.SpatialDropout1D)
+# Keras operations (`x[:, 0]`, `ops.reshape` in a functional model) that keep the scale.
+SCALE_KEEPING_OPS = ("GetItem", "Reshape", "Squeeze", "ExpandDims", "Transpose")
 # Keras layers computed in int8 after their output is rounded by a quantizer.
 ROUNDED = (keras.layers.LayerNormalization, keras.layers.Activation, keras.layers.ReLU,
            keras.layers.Add, keras.layers.Subtract, keras.layers.Multiply,
@@ -73,58 +76,15 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999,
         ranges with `calibrate_model` or by training it (`fit`).
     """
     check_weight_quantization(weight_quantization)
+    check_bool("float_residual", float_residual)
     if not isinstance(model, keras.Model) or not hasattr(model, "inputs") or not model.inputs:
         raise ValueError("`quantize_model` takes a built functional or Sequential Keras model. "
                          f"Received: model={type(model).__name__}")
-    tracker = _Int8Tensors(decay)
-
-    def clone(layer):
-        if isinstance(layer, keras.layers.Dense) and not isinstance(layer, QuantizedDense):
-            return QuantizedDense(layer.units, activation=_activation(layer),
-                                  weight_quantization=weight_quantization, decay=decay,
-                                  name=layer.name)
-        if isinstance(layer, keras.layers.LayerNormalization) and layer.axis in (-1, [-1]) \
-                and not isinstance(layer, QuantizedLayerNormalization):
-            return QuantizedLayerNormalization(decay=decay, **layer.get_config())
-        if isinstance(layer, keras.layers.Embedding) and not isinstance(
-                layer, QuantizedEmbedding):
-            return QuantizedEmbedding(**layer.get_config())
-        if _quantizable_block(layer):
-            return TransformerEncoderBlock.from_config({**layer.get_config(), "quantization": {
-                "weight_quantization": weight_quantization, "decay": decay,
-                "float_residual": float_residual}})
-        if isinstance(layer, TokenAndPositionEmbedding) and layer.quantization is None:
-            return TokenAndPositionEmbedding.from_config(
-                {**layer.get_config(), "quantization": {"decay": decay}})
-        return layer.__class__.from_config(layer.get_config())
-
-    def call(layer, *args, **kwargs):
-        args = keras.tree.map_structure(tracker.quantized_input, args)
-        first = keras.tree.flatten(args)[0] if keras.tree.flatten(args) else None
-        if isinstance(layer, QuantizedDense):
-            layer.input_quantizer = tracker.producer_path(first)
-        if _quantized(layer, TransformerEncoderBlock):
-            layer = _reading(layer, tracker.producer_path(first))
-        outputs = layer(*args, **kwargs)
-        if isinstance(layer, QuantizedDense):
-            tracker.produced(outputs, layer.activation_quantizer or layer.output_quantizer)
-        elif _quantized(layer, TransformerEncoderBlock):
-            tracker.produced(outputs, layer.quantizers["feedforward_layer_norm_quantizer"])
-        elif _quantized(layer, TokenAndPositionEmbedding):
-            tracker.produced(outputs, layer.quantizers["output_quantizer"])
-        elif isinstance(layer, ROUNDED):
-            quantizer = ActivationQuantizer(decay=decay, name=f"{layer.name}_output_quantizer")
-            outputs = keras.tree.map_structure(quantizer, outputs)
-            tracker.produced(outputs, quantizer)
-        elif isinstance(layer, SCALE_KEEPING):
-            tracker.produced(outputs, tracker.producer(first))
-        else:
-            tracker.produced(outputs, None)
-        return outputs
-
     if isinstance(model, keras.Sequential):  # `call_function` needs the functional form
         model = keras.Model(model.inputs, model.outputs, name=model.name)
-    qat = keras.models.clone_model(model, clone_function=clone, call_function=call)
+    graph = _Int8Graph(weight_quantization, decay, float_residual)
+    qat = keras.models.clone_model(model, clone_function=graph.clone, call_function=graph.call,
+                                   recursive=True)
     _copy_weights(model, qat)
     unknown = float_layers(qat)
     if unknown:
@@ -138,9 +98,19 @@ def float_layers(model):
     quantized) that `quantize_model` does not know and so leaves in float, unquantized."""
     known = SCALE_KEEPING + ROUNDED + (keras.layers.Dense, QuantizedDense, ActivationQuantizer,
                                        TokenAndPositionEmbedding)
-    return [layer.name for layer in model.layers
-            if not (isinstance(layer, known) or _quantizable_block(layer)
-                    or _quantized(layer, TransformerEncoderBlock))]
+    names = []
+    for layer in model.layers:
+        if _nested(layer):
+            names += [f"{layer.name}/{name}" for name in float_layers(layer)]
+        elif not (isinstance(layer, known) or _quantizable_block(layer)
+                  or _quantized(layer, TransformerEncoderBlock)):
+            names.append(layer.name)
+    return names
+
+
+def _nested(layer):
+    """A functional model used as a layer (a task model's backbone)."""
+    return isinstance(layer, keras.Model) and hasattr(layer, "inputs") and bool(layer.inputs)
 
 
 def _quantizable_block(layer):
@@ -153,35 +123,92 @@ def _quantized(layer, kind):
     return isinstance(layer, kind) and layer.quantization is not None
 
 
-def _reading(block, producer):
-    """`block` (a quantized encoder block, not yet called) set to read an input whose int8
-    codes `producer` made, or to round a float input itself (`quantize_input`)."""
-    settings = ({"input_producer": producer} if producer is not None
-                else {"quantize_input": True})
-    config = block.get_config()
-    return TransformerEncoderBlock.from_config(
-        {**config, "quantization": {**config["quantization"], **settings}})
+class _Int8Graph:
+    """`quantize_model`'s `clone_model` functions: which layer each layer becomes (`clone`),
+    and while the graph is rebuilt (`call`), which quantizer's int8 codes each tensor
+    carries (`None`: float), a quantizer on each float model input (the file's QUANTIZE),
+    and a weight matmul reading a float tensor rounds it itself (`quantize_input`)."""
 
-
-class _Int8Tensors:
-    """While `quantize_model` rebuilds the graph: which quantizer's int8 codes each tensor
-    carries, and a quantizer on each float model input (the file's QUANTIZE)."""
-
-    def __init__(self, decay):
+    def __init__(self, weight_quantization, decay, float_residual):
+        self.weight_quantization = weight_quantization
         self.decay = decay
+        self.float_residual = float_residual
         self.producers = {}  # id(tensor) -> ActivationQuantizer or None (float)
         self.inputs = {}  # id(model input) -> its quantized tensor
+        self.readers = {}  # id(cloned layer) -> the layer set to read its input
 
-    def produced(self, outputs, quantizer):
-        for tensor in keras.tree.flatten(outputs):
+    def clone(self, layer):
+        decay, float_residual = self.decay, self.float_residual
+        if isinstance(layer, keras.layers.Dense) and not isinstance(layer, QuantizedDense):
+            return QuantizedDense(layer.units, activation=_activation(layer),
+                                  weight_quantization=self.weight_quantization, decay=decay,
+                                  name=layer.name)
+        if isinstance(layer, keras.layers.LayerNormalization) and layer.axis in (-1, [-1]) \
+                and not isinstance(layer, QuantizedLayerNormalization) and not float_residual:
+            return QuantizedLayerNormalization(decay=decay, **layer.get_config())
+        if isinstance(layer, keras.layers.Embedding) and not isinstance(
+                layer, QuantizedEmbedding):
+            return QuantizedEmbedding(**layer.get_config())
+        if _quantizable_block(layer):
+            return TransformerEncoderBlock.from_config({**layer.get_config(), "quantization": {
+                "weight_quantization": self.weight_quantization, "decay": decay,
+                "float_residual": float_residual, "quantize_output": not float_residual}})
+        if isinstance(layer, TokenAndPositionEmbedding) and layer.quantization is None:
+            # With a float residual stream, the sum with the positions stays float.
+            return TokenAndPositionEmbedding.from_config({**layer.get_config(), "quantization": {
+                "decay": decay, "quantize_output": not float_residual}})
+        return layer.__class__.from_config(layer.get_config())
+
+    def call(self, layer, *args, **kwargs):
+        args = keras.tree.map_structure(self.quantized_input, args)
+        first = keras.tree.flatten(args)[0] if keras.tree.flatten(args) else None
+        if isinstance(layer, QuantizedDense) or _quantized(layer, TransformerEncoderBlock):
+            layer = self.reading(layer, self.producers.get(id(first)))
+        outputs = layer(*args, **kwargs)
+        self.produced(outputs, self.output_producer(layer, outputs, first))
+        if isinstance(layer, ROUNDED):
+            quantizer = ActivationQuantizer(decay=self.decay,
+                                            name=f"{layer.name}_output_quantizer")
+            outputs = keras.tree.map_structure(quantizer, outputs)
+            self.produced(outputs, quantizer)
+        return outputs
+
+    def output_producer(self, layer, outputs, first):
+        """The quantizer whose int8 codes `layer`'s outputs carry (`None`: float)."""
+        if _nested(layer):  # its outputs are its last layers'
+            inner = keras.tree.flatten(layer.output)
+            return [self.producers.get(id(tensor)) for tensor in inner]
+        if isinstance(layer, QuantizedDense):
+            return _int8(layer.activation_quantizer or layer.output_quantizer)
+        if _quantized(layer, TransformerEncoderBlock):
+            return _int8(layer.quantizers["feedforward_layer_norm_quantizer"])
+        if _quantized(layer, TokenAndPositionEmbedding):
+            return _int8(layer.quantizers["output_quantizer"])
+        if isinstance(layer, SCALE_KEEPING) or type(layer).__name__ in SCALE_KEEPING_OPS:
+            return self.producers.get(id(first))
+        return None
+
+    def produced(self, outputs, producer):
+        """Records `producer` (one quantizer, or one per flattened output) for `outputs`."""
+        tensors = keras.tree.flatten(outputs)
+        producers = producer if isinstance(producer, list) else [producer] * len(tensors)
+        for tensor, quantizer in zip(tensors, producers):
             self.producers[id(tensor)] = quantizer
 
-    def producer(self, tensor):
-        return self.producers.get(id(tensor))
-
-    def producer_path(self, tensor):
-        quantizer = self.producer(tensor)
-        return None if quantizer is None else quantizer.path
+    def reading(self, layer, producer):
+        """`layer` (a weight-matmul layer, not yet called) set to read an input whose int8
+        codes `producer` made, or to round a float input itself; one per layer, so a layer
+        called twice (BERT's last block) stays one layer."""
+        if id(layer) not in self.readers:
+            settings = ({"input_producer": producer.path} if producer is not None
+                        else {"quantize_input": True})
+            config = layer.get_config()
+            if isinstance(layer, TransformerEncoderBlock):
+                config["quantization"] = {**config["quantization"], **settings}
+            else:
+                config.update(settings)
+            self.readers[id(layer)] = layer.__class__.from_config(config)
+        return self.readers[id(layer)]
 
     def quantized_input(self, tensor):
         """A model input (a tensor no layer produced), float: through its quantizer."""
@@ -198,6 +225,11 @@ class _Int8Tensors:
         return self.inputs[id(tensor)]
 
 
+def _int8(quantizer):
+    """`quantizer` when it rounds (its tensor is int8), else `None` (float)."""
+    return quantizer if quantizer.quantize else None
+
+
 def _activation(dense):
     name = keras.activations.serialize(dense.activation)
     return None if name == "linear" else dense.activation
@@ -208,7 +240,9 @@ def _copy_weights(model, qat):
         if not layer.weights:
             continue
         target = qat.get_layer(layer.name)
-        if isinstance(target, (TransformerEncoderBlock, TokenAndPositionEmbedding)):
+        if _nested(layer):
+            _copy_weights(layer, target)
+        elif isinstance(target, (TransformerEncoderBlock, TokenAndPositionEmbedding)):
             _copy_by_path(layer, target)
         elif isinstance(target, QuantizedDense):
             target.kernel.assign(layer.kernel)
@@ -225,9 +259,10 @@ def _copy_weights(model, qat):
 def _copy_by_path(layer, target):
     """Copies each weight of `layer` to the weight of `target` at the same path below the
     layer (`target` has the same sublayers, and quantizers besides)."""
-    targets = {variable.path.split("/", 1)[1]: variable for variable in target.weights}
+    targets = {variable.path.split(f"{target.name}/", 1)[-1]: variable
+               for variable in target.weights}
     for variable in layer.weights:
-        targets[variable.path.split("/", 1)[1]].assign(variable)
+        targets[variable.path.split(f"{layer.name}/", 1)[-1]].assign(variable)
 
 
 def activation_quantizers(model):
@@ -268,10 +303,8 @@ def freeze_model_ranges(model, frozen=True):
                 layer, (TransformerEncoderBlock, TokenAndPositionEmbedding)):
             layer.freeze_weight_ranges(frozen)
         producer = None
-        if isinstance(layer, QuantizedDense):
-            producer = quantizers.get(layer.input_quantizer)
-        elif _quantized(layer, TransformerEncoderBlock):
-            producer = quantizers.get(layer.input_producer)
+        if isinstance(layer, QuantizedDense) or _quantized(layer, TransformerEncoderBlock):
+            producer = layer.input_quantizer or quantizers.get(layer.input_producer)
         if hasattr(layer, "frozen_input_step"):
             # The bias is then rounded as the file stores it (`int32_bias`).
             layer.frozen_input_step = producer.step() if frozen and producer else None
