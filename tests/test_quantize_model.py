@@ -125,6 +125,10 @@ def test_bad_arguments_are_named():
         quantize_model(residual_model(), weight_quantization="per_row")
     with pytest.raises(ValueError, match="functional or Sequential"):
         quantize_model(keras.layers.Dense(2))
+    with pytest.raises(ValueError, match="needs `float_residual=True`"):
+        quantize_model(residual_model(), feedforward_float_channels=4)
+    with pytest.raises(ValueError, match="feedforward_float_channels"):
+        quantize_model(residual_model(), float_residual=True, feedforward_float_channels=-1)
 
 
 def test_an_embedding_table_is_stored_as_the_qat_model_rounds_it(tmp_path):
@@ -273,16 +277,18 @@ def bert_trained():
     return model, inputs, y
 
 
-@pytest.mark.parametrize("float_residual", [False, True])
+@pytest.mark.parametrize("float_residual, float_channels", [(False, 0), (True, 0), (True, 4)])
 def test_a_bert_classifier_and_its_nested_backbone_become_one_int8_file(
-        bert_trained, tmp_path, float_residual):
+        bert_trained, tmp_path, float_residual, float_channels):
     """A task model is quantized through its nested backbone (its embeddings, LayerNorm,
     blocks and pooler); the file of the dynamic-length model, at a given length, is
     builtins-only, within a few steps of the QAT model, as accurate as the float model, and
-    agrees with the QatBert twin of the same recipe."""
+    agrees with the QatBert twin of the same recipe (with float feed-forward channels: the
+    same widest channels)."""
     from keras_attn.quantization.qat_bert import QatBert
     model, inputs, y = bert_trained
-    qat = quantize_model(model, float_residual=float_residual)
+    qat = quantize_model(model, float_residual=float_residual,
+                         feedforward_float_channels=float_channels)
     assert float_layers(qat) == []
     batches = [{k: v[i:i + 64] for k, v in inputs.items()} for i in range(0, 256, 64)]
     calibrate_model(qat, batches)
@@ -303,7 +309,13 @@ def test_a_bert_classifier_and_its_nested_backbone_become_one_int8_file(
     assert np.mean(outputs.argmax(-1) == y) >= float_accuracy - 0.02
     # Measured: the file 1 step from the QAT model at most (median 1 all-int8, 0 with the
     # float residual), the QAT model 1 step from the QatBert twin, accuracy 1.0 throughout.
-    twin = QatBert.from_float(model, float_residual=float_residual)
+    twin = QatBert.from_float(model, float_residual=float_residual,
+                              feedforward_float_channels=float_channels)
     twin.calibrate(batches)
+    for i in range(2) if float_channels else ():
+        kept = [set(keras.ops.convert_to_numpy(block.feedforward_channel_order)[-4:])
+                for block in (qat.get_layer("bert_backbone").get_layer(f"transformer_layer_{i}"),
+                              twin.get_layer(f"transformer_layer_{i}"))]
+        assert kept[0] == kept[1]
     twin_logits = keras.ops.convert_to_numpy(twin(inputs, training=False))
     assert np.mean(twin_logits.argmax(-1) == expected.argmax(-1)) >= 0.98

@@ -31,8 +31,11 @@ Example:
 import warnings
 
 import keras
+import numpy as np
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.encoder_int8_layout import ChannelRanges
+from keras_attn.layers.encoder_int8_layout import check_feedforward_float_channels
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
@@ -57,7 +60,7 @@ ROUNDED = (keras.layers.LayerNormalization, keras.layers.Activation, keras.layer
 
 
 def quantize_model(model, weight_quantization="per_channel", decay=0.999,
-                   float_residual=False):
+                   float_residual=False, feedforward_float_channels=0):
     """The quantization-aware copy of `model` (which is left as it is).
 
     Args:
@@ -70,6 +73,10 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999,
         float_residual: bool, the encoder blocks' residual sums, LayerNorms and attention
             products in float (`EncoderInt8Layout`); their weight matmuls and outputs
             stay int8. Defaults to `False` (all int8).
+        feedforward_float_channels: int, with `float_residual`: the widest feed-forward
+            hidden channels of each encoder block kept in float (LLM.int8()'s
+            decomposition; `calibrate_model` finds them). Defaults to `0`.
+            `**QuantizationRecipe().layout()` gives the default recipe's two settings.
 
     Returns:
         A `keras.Model` with the same inputs, outputs and weights, fake-quantized; set its
@@ -77,12 +84,13 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999,
     """
     check_weight_quantization(weight_quantization)
     check_bool("float_residual", float_residual)
+    check_feedforward_float_channels(feedforward_float_channels, None, float_residual)
     if not isinstance(model, keras.Model) or not hasattr(model, "inputs") or not model.inputs:
         raise ValueError("`quantize_model` takes a built functional or Sequential Keras model. "
                          f"Received: model={type(model).__name__}")
     if isinstance(model, keras.Sequential):  # `call_function` needs the functional form
         model = keras.Model(model.inputs, model.outputs, name=model.name)
-    graph = _Int8Graph(weight_quantization, decay, float_residual)
+    graph = _Int8Graph(weight_quantization, decay, float_residual, feedforward_float_channels)
     qat = keras.models.clone_model(model, clone_function=graph.clone, call_function=graph.call,
                                    recursive=True)
     _copy_weights(model, qat)
@@ -129,10 +137,11 @@ class _Int8Graph:
     carries (`None`: float), a quantizer on each float model input (the file's QUANTIZE),
     and a weight matmul reading a float tensor rounds it itself (`quantize_input`)."""
 
-    def __init__(self, weight_quantization, decay, float_residual):
+    def __init__(self, weight_quantization, decay, float_residual, feedforward_float_channels):
         self.weight_quantization = weight_quantization
         self.decay = decay
         self.float_residual = float_residual
+        self.feedforward_float_channels = feedforward_float_channels
         self.producers = {}  # id(tensor) -> ActivationQuantizer or None (float)
         self.inputs = {}  # id(model input) -> its quantized tensor
         self.readers = {}  # id(cloned layer) -> the layer set to read its input
@@ -152,7 +161,8 @@ class _Int8Graph:
         if _quantizable_block(layer):
             return TransformerEncoderBlock.from_config({**layer.get_config(), "quantization": {
                 "weight_quantization": self.weight_quantization, "decay": decay,
-                "float_residual": float_residual, "quantize_output": not float_residual}})
+                "float_residual": float_residual, "quantize_output": not float_residual,
+                "feedforward_float_channels": self.feedforward_float_channels}})
         if isinstance(layer, TokenAndPositionEmbedding) and layer.quantization is None:
             # With a float residual stream, the sum with the positions stays float.
             return TokenAndPositionEmbedding.from_config({**layer.get_config(), "quantization": {
@@ -274,20 +284,53 @@ def activation_quantizers(model):
 def calibrate_model(model, batches):
     """Sets the activation ranges of a `quantize_model` copy from forward passes in
     inference mode: each range becomes the running min/max over `batches` (an iterable of
-    model inputs)."""
+    model inputs). Encoder blocks with `feedforward_float_channels` whose ranges are not
+    set yet first get their widest feed-forward channels (the width `max - min` of the
+    up-projection output over `batches`) stored last, the ones they keep in float."""
+    batches = list(batches)
+    if not batches:
+        raise ValueError("`calibrate_model` needs at least one batch. Received: batches=[]")
+    _sort_feedforward_channels(model, batches)
+    _calibrating_passes(model, batches)
+
+
+def _calibrating_passes(model, batches):
     quantizers = activation_quantizers(model)
     for quantizer in quantizers:
         quantizer.calibrating = True
     try:
-        count = 0
         for batch in batches:
             model(batch, training=False)
-            count += 1
-        if not count:
-            raise ValueError("`calibrate_model` needs at least one batch. Received: batches=[]")
     finally:
         for quantizer in quantizers:
             quantizer.calibrating = False
+
+
+def _sort_feedforward_channels(model, batches):
+    """Permutes the feed-forward channels of each block with float channels and no ranges
+    yet, widest last, from one calibrating pass; the ranges are then as before the pass."""
+    blocks = [layer for layer in model._flatten_layers(include_self=False)
+              if _quantized(layer, TransformerEncoderBlock) and layer.feedforward_float_channels
+              and float(layer.quantizers["intermediate_quantizer"].initialized.numpy()) < 0.5]
+    if not blocks:
+        return
+    quantizers = activation_quantizers(model)
+    before = [[variable.numpy() for variable in (q.min_value, q.max_value, q.initialized)]
+              for q in quantizers]
+    for block in blocks:
+        block.channel_statistics = ChannelRanges()
+    try:
+        _calibrating_passes(model, batches)
+        widths = [block.channel_statistics.widths() for block in blocks]
+    finally:
+        for block in blocks:
+            block.channel_statistics = None
+    for block, width in zip(blocks, widths):
+        block.permute_feedforward_channels(np.argsort(width, kind="stable"))
+    for quantizer, values in zip(quantizers, before):
+        for variable, value in zip((quantizer.min_value, quantizer.max_value,
+                                    quantizer.initialized), values):
+            variable.assign(value)
 
 
 def freeze_model_ranges(model, frozen=True):
