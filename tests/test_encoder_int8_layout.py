@@ -6,15 +6,16 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 
 H, F, T = 8, 16, 5
 MASK = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
 
 
-def float_block(fused_qkv, seed=0):
+def float_block(fused_qkv, seed=0, norm_first=False):
     block = TransformerEncoderBlock(2, F, activation="gelu", fused_qkv=fused_qkv,
-                                    layer_norm_epsilon=1e-12)
+                                    layer_norm_epsilon=1e-12, norm_first=norm_first)
     block.build((None, None, H))
     rng = np.random.default_rng(seed)
     for variable in block.trainable_weights:
@@ -48,6 +49,24 @@ def test_the_layout_without_rounding_is_the_float_block(fused_qkv):
     # Only the first rows as queries, as the float block does.
     first = with_layout(block, quantize=False)(inputs(), padding_mask=MASK, query_length=1)
     np.testing.assert_allclose(ops.convert_to_numpy(first), expected[:, :1], atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_causal_mask_and_the_pre_ln_order_compute_the_float_block(norm_first):
+    """Without rounding, the layout of a pre-LN block (GPT's) and the causal mask are the
+    float block's; with rounding, a later token never changes an earlier output."""
+    block = float_block(True, norm_first=norm_first)
+    expected = ops.convert_to_numpy(block(inputs(), padding_mask=MASK, use_causal_mask=True))
+    got = with_layout(block, quantize=False)(inputs(), padding_mask=MASK, use_causal_mask=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(got), expected, atol=1e-5)
+    quantized = with_layout(block)
+    quantized(inputs(), padding_mask=MASK, use_causal_mask=True, training=True)
+    changed = inputs().copy()
+    changed[:, 3:] += 1.0
+    before, after = (ops.convert_to_numpy(quantized(x, use_causal_mask=True))
+                     for x in (inputs(), changed))
+    np.testing.assert_array_equal(before[:, :3], after[:, :3])
+    assert not np.allclose(before[:, 3:], after[:, 3:])
 
 
 @pytest.mark.tensorflow
@@ -113,12 +132,39 @@ def test_qat_fits_and_the_keras_file_keeps_layout_and_ranges(tmp_path):
 @pytest.mark.parametrize("kwargs, call, match", [
     (dict(quantization={"float_residuals": True}), {}, "Unknown int8 layout setting"),
     (dict(quantization="int8"), {}, "must be a dict"),
-    (dict(quantization={}, norm_first=True), {}, "post-LN"),
+    (dict(quantization={}, norm_first=True), dict(query_length=1), "query_length in a pre"),
+    (dict(quantization={"quantize_input": True}, norm_first=True), {}, "residual stream"),
+    (dict(quantization={}), dict(attention_mask=np.ones((2, T, T), bool)),
+     "padding mask and the causal mask only.*attention_mask"),
     (dict(quantization={"feedforward_float_channels": 2}), {}, "needs `float_residual"),
-    (dict(quantization={}), dict(use_causal_mask=True), "padding mask only.*use_causal"),
     (dict(quantization={}, key_dim=3), {}, "key_dim \\* num_heads"),
 ])
 def test_layout_errors_name_the_setting(kwargs, call, match):
     with pytest.raises(ValueError, match=match):
         block = TransformerEncoderBlock(2, F, **kwargs)
         block(inputs(), **call)
+
+
+def test_a_decoder_only_block_has_the_pre_ln_layout():
+    """`TransformerDecoderBlock(quantization=...)` (GPT's block: pre-LN, causal, fused
+    Q/K/V) computes the float block without rounding, and refuses what it lacks."""
+    block = TransformerDecoderBlock(2, F, norm_first=True, fused_qkv=True, activation="gelu")
+    block.build((None, None, H))
+    rng = np.random.default_rng(0)
+    for variable in block.trainable_weights:
+        variable.assign(rng.normal(scale=0.5, size=variable.shape))
+    expected = ops.convert_to_numpy(block(inputs(), decoder_padding_mask=MASK))
+    plain = TransformerDecoderBlock.from_config(
+        {**block.get_config(), "quantization": {"quantize": False}})
+    plain.build((None, None, H))
+    targets = {v.path.split("/", 1)[1]: v for v in plain.weights}
+    for variable in block.weights:
+        targets[variable.path.split("/", 1)[1]].assign(variable)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(plain(inputs(), decoder_padding_mask=MASK)), expected, atol=1e-5)
+    assert plain.get_config()["quantization"]["quantize"] is False
+    with pytest.raises(ValueError, match="decoder-only"):
+        TransformerDecoderBlock(2, F, quantization={})(inputs(), inputs())
+    with pytest.raises(ValueError, match="no self_attention_cache"):
+        plain(inputs()[:, :1], self_attention_cache=np.zeros((2, 2, T, 2, 4), "float32"),
+              self_attention_cache_update_index=0)

@@ -36,6 +36,14 @@ MATMULS = {
     "intermediate": ("attention_layer_norm_quantizer", "intermediate_quantizer"),
     "feedforward_output": ("activation_quantizer", "feedforward_output_quantizer"),
 }
+# The same for a pre-LN block, whose LayerNorm outputs are what the qkv and intermediate
+# matmuls read.
+PRE_LN_MATMULS = {
+    "qkv": ("attention_layer_norm_quantizer", "qkv_quantizer"),
+    "attention_output": ("context_quantizer", "attention_output_quantizer"),
+    "intermediate": ("feedforward_layer_norm_quantizer", "intermediate_quantizer"),
+    "feedforward_output": ("activation_quantizer", "feedforward_output_quantizer"),
+}
 # The settings of the layout (`TransformerEncoderBlock(quantization={...})` takes these
 # keys), with their defaults.
 LAYOUT_DEFAULTS = dict(
@@ -124,9 +132,17 @@ class EncoderInt8Layout:
         check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
                                          float_residual)
         float_matmuls = check_float_matmuls(float_matmuls)
-        quantize_output = quantize if quantize_output is None else quantize_output
+        pre_ln = getattr(self, "norm_first", False)
+        if quantize_output is None:
+            # A pre-LN block's output is its residual sum: float in a float stream.
+            quantize_output = quantize and not (pre_ln and float_residual)
         check_bool("quantize_output", quantize_output)
         check_bool("quantize_input", quantize_input)
+        if pre_ln and (quantize_input or (quantize_output and float_residual)):
+            raise ValueError(
+                "A pre-LN block's input and output are its residual stream: with "
+                "`float_residual` they stay float (no `quantize_input`, `quantize_output`). "
+                f"Received: quantize_input={quantize_input}, quantize_output={quantize_output}")
         self.weight_quantization = weight_quantization
         self.quantize = quantize
         self.decay = decay
@@ -139,11 +155,13 @@ class EncoderInt8Layout:
         self.quantize_input = quantize_input
         self.input_producer = input_producer
         residual_quantize = quantize and not float_residual
-        float_quantizers = {name for matmul in float_matmuls for name in MATMULS[matmul]}
+        float_quantizers = {name for matmul in float_matmuls
+                            for name in self._matmul_quantizers()[matmul]}
+        output = self._output_quantizer_name()
         self.quantizers = {
             name: ActivationQuantizer(decay=decay, name=name, quantize=(
-                residual_quantize if name in _RESIDUAL_QUANTIZER_NAMES
-                else quantize_output if name == "feedforward_layer_norm_quantizer"
+                quantize_output if name == output
+                else residual_quantize if name in _RESIDUAL_QUANTIZER_NAMES
                 else quantize and name not in float_quantizers))
             for name in _QUANTIZER_NAMES
         }
@@ -171,6 +189,12 @@ class EncoderInt8Layout:
         self.frozen_bounds = None
         # Set when the ranges are frozen: the step of the int8 input (rounds the qkv bias).
         self.frozen_input_step = None
+
+    def get_config(self):
+        config = super().get_config()
+        if getattr(self, "quantization", None) is not None:  # the float blocks' setting
+            config["quantization"] = self.int8_layout_config()
+        return config
 
     def int8_layout_config(self):
         """The layout settings, as `_init_int8_layout` takes them."""
@@ -204,6 +228,87 @@ class EncoderInt8Layout:
                 + [self.score_quantizer, self.probability_quantizer]
                 + ([self.input_quantizer] if self.input_quantizer is not None else []))
 
+    def _matmul_quantizers(self):
+        """`MATMULS` of this block's order (post-LN, or pre-LN with `norm_first`)."""
+        return PRE_LN_MATMULS if getattr(self, "norm_first", False) else MATMULS
+
+    def _output_quantizer_name(self):
+        """The quantizer of the block's output: the last LayerNorm's (post-LN) or the last
+        residual sum's (pre-LN)."""
+        return ("feedforward_residual_quantizer" if getattr(self, "norm_first", False)
+                else "feedforward_layer_norm_quantizer")
+
+    def output_quantizer(self):
+        """The `ActivationQuantizer` of the block's output (rounding it unless float)."""
+        return self.quantizers[self._output_quantizer_name()]
+
+    # The sublayers of the float blocks (`TransformerEncoderBlock`,
+    # `TransformerDecoderBlock`) the layout reads.
+    attention_dropout_layer = property(lambda self: self.self_attention.dropout_layer)
+    attention_output_dropout_layer = property(lambda self: self.self_attention_dropout)
+    feedforward_dropout_layer = property(lambda self: self.feedforward_dropout)
+
+    def _int8_weights(self):
+        """The weights of the float block's sublayers (fused or separate Q/K/V kernels)
+        as the layout reads them (see the class docstring)."""
+        attention = self.self_attention
+        d_model = attention.output_dense.kernel.shape[-1]
+
+        def columns(kernel):  # (d, ..., H, dk) -> (d, H * dk)
+            return ops.reshape(kernel, (d_model, -1))
+
+        def flat(bias, size):  # (..., H, dk) -> (size,), zeros without a bias
+            return ops.zeros((size,)) if bias is None else ops.reshape(bias, (-1,))
+
+        if self.fused_qkv:
+            qkv_kernel = columns(attention.qkv_kernel)  # (d, 3d)
+            qkv_bias = flat(attention.qkv_bias, 3 * d_model)  # (3d,)
+        else:
+            projections = (attention.query_dense, attention.key_dense, attention.value_dense)
+            qkv_kernel = ops.concatenate([columns(p.kernel) for p in projections], axis=1)
+            qkv_bias = ops.concatenate([flat(p.bias, d_model) for p in projections])
+        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
+        return dict(
+            qkv_kernel=qkv_kernel, qkv_bias=qkv_bias,
+            output_kernel=ops.reshape(attention.output_dense.kernel, (d_model, d_model)),
+            output_bias=flat(attention.output_dense.bias, d_model),
+            attention_gamma=self.self_attention_layer_norm.gamma,
+            attention_beta=self.self_attention_layer_norm.beta,
+            intermediate_kernel=intermediate.kernel, intermediate_bias=intermediate.bias,
+            feedforward_output_kernel=output.kernel, feedforward_output_bias=output.bias,
+            feedforward_gamma=self.feedforward_layer_norm.gamma,
+            feedforward_beta=self.feedforward_layer_norm.beta,
+        )
+
+    def _channel_axes(self):
+        """`(variable, axis)` of the weights whose feed-forward channels move together."""
+        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
+        return [(intermediate.kernel, 1), (intermediate.bias, 0), (output.kernel, 0)]
+
+    def _check_int8_layout(self, d_model, key_dim):
+        if key_dim * self.num_heads != d_model:
+            raise ValueError(
+                "The int8 layout (`quantization`) needs `key_dim * num_heads` equal to "
+                f"the model width. Received: key_dim={key_dim}, num_heads="
+                f"{self.num_heads}, d_model={d_model}")
+
+    def _check_int8_call(self, attention_mask=None, attention_bias=None,
+                         return_attention_scores=False, query_length=None, **others):
+        """Raises for a call argument the int8 layout does not take (`others`: name ->
+        whether it was given)."""
+        given = [name for name, value in (
+            ("attention_mask", attention_mask is not None),
+            ("attention_bias", attention_bias is not None),
+            ("return_attention_scores", return_attention_scores),
+            ("query_length in a pre-LN block",
+             query_length is not None and getattr(self, "norm_first", False)),
+            *others.items()) if value]
+        if given:
+            raise ValueError(
+                f"The int8 layout (`quantization`) of {type(self).__name__} takes a padding "
+                f"mask and the causal mask only; it has no {', '.join(given)}. Use the "
+                "float block (`quantization=None`) for them.")
+
     def _matmul(self, x, kernel, bias, name):
         bound = self.frozen_bounds[name] if self.frozen_bounds else None
         quantize = self.quantize and name not in self.float_matmuls
@@ -216,8 +321,10 @@ class EncoderInt8Layout:
         `input_quantizer`) or the block's own quantizer."""
         if not self.frozen_bounds:
             return None
-        quantizer = (self.input_quantizer if name == "qkv"
-                     else self.quantizers[MATMULS[name][0]])
+        if name == "qkv" and not getattr(self, "norm_first", False):
+            quantizer = self.input_quantizer  # the block's input
+        else:
+            quantizer = self.quantizers[self._matmul_quantizers()[name][0]]
         if quantizer is None:
             return self.frozen_input_step
         return quantizer.step() if quantizer.frozen_range and quantizer.quantize else None
@@ -290,13 +397,14 @@ class EncoderInt8Layout:
                 for variable, axis in self._channel_axes()}
 
     def _int8_call(self, inputs, padding_mask, training=None, query_length=None,
-                   residual=None, return_residual=False):
+                   residual=None, return_residual=False, causal=False):
         """The block's output `(B, q, H)` (`q = T` without `query_length`); see
-        `QatEncoderBlock` for `residual` and `return_residual`."""
+        `QatEncoderBlock` for `residual` and `return_residual`. `causal`: query `t` sees
+        keys `s <= t` only."""
+        if getattr(self, "norm_first", False):
+            return self._pre_ln_call(inputs, padding_mask, training, causal)
         q, w = self.quantizers, self._int8_weights()
         H = inputs.shape[-1]
-        n = self.num_heads
-        d = H // n
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
         # What the first residual sum reads: the float output of the block before (see
         # `residual`), or the input (float when the block rounds it itself).
@@ -305,9 +413,67 @@ class EncoderInt8Layout:
             inputs = self.input_quantizer(inputs, training=training)
         x = ops.reshape(inputs, (-1, H))  # (B*T, H), what the weight matmuls read
         rows = length if query_length is None else query_length  # q, the query rows
+        if query_length is not None:
+            residual = residual[:, :query_length]  # (B, q, H)
         residual_rows = x if residual is inputs else ops.reshape(residual, (-1, H))
 
         # === Self-attention ===
+        attended = self._int8_attention(x, batch, length, padding_mask, training, query_length,
+                                   causal)  # (B*q, H)
+        x = q["attention_residual_quantizer"](residual_rows + attended, training=training)
+        x = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
+                       self.attention_layer_norm_quantizers, training)  # (B*q, H)
+        x_int8 = q["attention_layer_norm_quantizer"](x, training=training)  # (B*q, H)
+        x = x if self.float_residual else x_int8  # what the residual and float parts read
+
+        # === Feed-forward: the int8 channels, then the float ones ===
+        x = q["feedforward_residual_quantizer"](
+            x + self._int8_feedforward(x_int8, x, training), training=training)
+        x = layer_norm(x, w["feedforward_gamma"], w["feedforward_beta"],
+                       self.layer_norm_epsilon, self.feedforward_layer_norm_quantizers,
+                       training)
+        x_int8 = q["feedforward_layer_norm_quantizer"](x, training=training)
+        outputs = ops.reshape(x_int8, (batch, rows, H))  # (B, q, H); q = T by default
+        if not return_residual:
+            return outputs
+        return outputs, (ops.reshape(x, (batch, rows, H)) if self.float_residual
+                         else outputs)
+
+    def _pre_ln_call(self, inputs, padding_mask, training, causal):
+        """The pre-LN block (`norm_first`): `y = x + Attn(LN(x))`, `z = y + FFN(LN(y))`; the
+        LayerNorm outputs are what the matmuls read, int8; the residual stream is int8, or
+        float with `float_residual`."""
+        q, w = self.quantizers, self._int8_weights()
+        H = inputs.shape[-1]
+        batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
+        x = ops.reshape(inputs, (-1, H))  # (B*T, H), the residual stream
+
+        # === Self-attention on LN(x) ===
+        h = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
+                       self.attention_layer_norm_quantizers, training)
+        h = q["attention_layer_norm_quantizer"](h, training=training)  # (B*T, H), int8
+        attended = self._int8_attention(h, batch, length, padding_mask, training, causal=causal)
+        x = q["attention_residual_quantizer"](x + attended, training=training)  # (B*T, H)
+
+        # === Feed-forward on LN(y) ===
+        h = layer_norm(x, w["feedforward_gamma"], w["feedforward_beta"],
+                       self.layer_norm_epsilon, self.feedforward_layer_norm_quantizers,
+                       training)
+        h_int8 = q["feedforward_layer_norm_quantizer"](h, training=training)
+        h = h if self.float_residual else h_int8  # what the float channels read
+        x = q["feedforward_residual_quantizer"](
+            x + self._int8_feedforward(h_int8, h, training), training=training)
+        return ops.reshape(x, (batch, length, H))  # (B, T, H)
+
+    def _int8_attention(self, x, batch, length, padding_mask, training, query_length=None,
+                   causal=False):
+        """Self-attention of the int8 rows `x` `(B*T, H)`: the output projection's
+        rounded output `(B*q, H)`, after its dropout."""
+        q, w = self.quantizers, self._int8_weights()
+        H = x.shape[-1]
+        n = self.num_heads
+        d = H // n
+        rows = length if query_length is None else query_length  # q, the query rows
         scale = self._query_scale(H)  # (3H,)
         qkv = self._matmul(x, w["qkv_kernel"] * scale, w["qkv_bias"] * scale, "qkv")
         qkv = q["qkv_quantizer"](qkv, training=training)
@@ -319,8 +485,6 @@ class EncoderInt8Layout:
             # Only the first q rows are read later (the [CLS] row of a classifier's last
             # block): they alone are queries, and the rest of the block runs on q rows.
             query = ops.reshape(query, (batch, length, H))[:, :query_length]  # (B, q, H)
-            residual_rows = ops.reshape(residual[:, :query_length], (-1, H))  # (B*q, H)
-        x = residual_rows  # (B*q, H)
 
         def heads(x, rows, order):
             return ops.transpose(ops.reshape(x, (batch, rows, n, d)), order)
@@ -329,9 +493,8 @@ class EncoderInt8Layout:
         key_t = heads(key, length, (0, 2, 3, 1))  # (B, n, d, T)
         value = heads(value, length, (0, 2, 1, 3))  # (B, n, T, d)
         scores = ops.matmul(query, key_t)  # (B, n, q, T)
-        key_mask = (None if padding_mask is None
-                    else ops.cast(padding_mask, "bool")[:, None, None, :])  # (B, 1, 1, T)
-        scores = self.score_quantizer(scores, stats_mask=key_mask, training=training)
+        scores = self.score_quantizer(scores, stats_mask=_key_mask(padding_mask, length, causal),
+                                      training=training)
         probs = self.probability_quantizer(ops.softmax(scores, axis=-1))  # (B, n, q, T)
         probs = self.attention_dropout_layer(probs, training=training)
         context = ops.matmul(probs, value)  # (B, n, q, d)
@@ -340,30 +503,17 @@ class EncoderInt8Layout:
         attended = self._matmul(context, w["output_kernel"], w["output_bias"],
                                 "attention_output")  # (B*q, H)
         attended = q["attention_output_quantizer"](attended, training=training)
-        attended = self.attention_output_dropout_layer(attended, training=training)
-        x = q["attention_residual_quantizer"](x + attended, training=training)
-        x = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
-                       self.attention_layer_norm_quantizers, training)  # (B*q, H)
-        x_int8 = q["attention_layer_norm_quantizer"](x, training=training)  # (B*q, H)
-        x = x if self.float_residual else x_int8  # what the residual and float parts read
+        return self.attention_output_dropout_layer(attended, training=training)
 
-        # === Feed-forward: the int8 channels, then the float ones ===
+    def _int8_feedforward(self, x_int8, x, training):
+        """`FFN` of the LayerNorm output: its int8 channels read `x_int8`, its float ones
+        `x`; the parts' sum `(N, H)` after dropout."""
         h = None
         for part, (channels, quantized) in enumerate(self._feedforward_parts()):
             output = self._feedforward_part(x_int8 if quantized else x, part, channels,
                                             quantized, training)
-            h = output if h is None else h + output  # (B*q, H)
-        h = self.feedforward_dropout_layer(h, training=training)
-        x = q["feedforward_residual_quantizer"](x + h, training=training)
-        x = layer_norm(x, w["feedforward_gamma"], w["feedforward_beta"],
-                       self.layer_norm_epsilon, self.feedforward_layer_norm_quantizers,
-                       training)
-        x_int8 = q["feedforward_layer_norm_quantizer"](x, training=training)
-        outputs = ops.reshape(x_int8, (batch, rows, H))  # (B, q, H); q = T by default
-        if not return_residual:
-            return outputs
-        return outputs, (ops.reshape(x, (batch, rows, H)) if self.float_residual
-                         else outputs)
+            h = output if h is None else h + output  # (N, H)
+        return self.feedforward_dropout_layer(h, training=training)
 
     def _feedforward_part(self, x, part, channels, quantized, training):
         q, w = self.quantizers, self._int8_weights()
@@ -387,6 +537,17 @@ class EncoderInt8Layout:
         h = self._matmul(h, kernel_out, w["feedforward_output_bias"],
                          "feedforward_output")  # (B*q, H)
         return q["feedforward_output_quantizer"](h, training=training)
+
+
+def _key_mask(padding_mask, length, causal):
+    """Which keys each query sees, `(B, 1, 1, T)` or `(B or 1, 1, T, T)` bool (`None`: all):
+    the real tokens of `padding_mask` and, `causal`, keys `s <= t`."""
+    mask = None if padding_mask is None else ops.cast(padding_mask, "bool")[:, None, None, :]
+    if causal:
+        positions = ops.arange(length)
+        allowed = (positions[None, :] <= positions[:, None])[None, None]  # (1, 1, T, T)
+        mask = allowed if mask is None else ops.logical_and(mask, allowed)
+    return mask
 
 
 def check_layout_settings(settings):

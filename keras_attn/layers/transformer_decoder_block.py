@@ -2,13 +2,15 @@ import keras
 from keras import ops
 
 from keras_attn.layers.attention_mask import and_masks
+from keras_attn.layers.encoder_int8_layout import EncoderInt8Layout
+from keras_attn.layers.encoder_int8_layout import check_layout_settings
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.transformer_block_base import TransformerBlockBase
 from keras_attn.layers.transformer_block_base import resolve_key_dim
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerDecoderBlock(TransformerBlockBase):
+class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
     """Transformer decoder block (Vaswani et al., 2017, §3.1, "Attention Is All You Need").
 
     Three sublayers, each with a residual connection and a layer normalization: masked
@@ -65,6 +67,11 @@ class TransformerDecoderBlock(TransformerBlockBase):
             widths to be equal). Defaults to `False`.
         kernel_initializer: initializer for every kernel. Defaults to `"glorot_uniform"`.
         bias_initializer: initializer for every bias. Defaults to `"zeros"`.
+        quantization: optional dict of int8 layout settings (`EncoderInt8Layout`), for
+            quantization-aware training of a decoder-only block (GPT's) in the layout of
+            its int8 TFLite file, on the same weights, as `TransformerEncoderBlock`'s.
+            A decoder-only block over a whole sequence (no cross-attention, cache,
+            `self_attention_mask` or scores). Defaults to `None` (float).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -116,6 +123,12 @@ class TransformerDecoderBlock(TransformerBlockBase):
     ((2, 1, 8), (2, 2, 4, 2, 4))
     """
 
+    def __init__(self, num_heads, intermediate_dim, *args, quantization=None, **kwargs):
+        super().__init__(num_heads, intermediate_dim, *args, **kwargs)
+        self.quantization = check_layout_settings(quantization)
+        if self.quantization is not None:
+            self._init_int8_layout(intermediate_dim, **self.quantization)
+
     # === Build ===
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
@@ -131,6 +144,11 @@ class TransformerDecoderBlock(TransformerBlockBase):
         self.cross_attention = None
         self.cross_attention_layer_norm = None
         self.cross_attention_dropout = None
+        if encoder_sequence_shape is not None and self.quantization is not None:
+            raise ValueError(
+                "The int8 layout (`quantization`) of TransformerDecoderBlock is decoder-only: "
+                "it has no cross-attention yet. Received: an encoder sequence of shape "
+                f"{tuple(encoder_sequence_shape)}")
         if encoder_sequence_shape is not None:
             self.cross_attention = self._attention("cross_attention", key_dim)
             self.cross_attention.build(decoder_sequence_shape, encoder_sequence_shape)
@@ -140,6 +158,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 self.dropout, dtype=self.dtype_policy, name="cross_attention_dropout"
             )
         self._build_feedforward(decoder_sequence_shape)
+        if self.quantization is not None:
+            self._check_int8_layout(d_model, key_dim)
+            self._build_int8_layout()
         self.built = True
 
     def _attention(self, name, key_dim):
@@ -179,6 +200,13 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 decoder_padding_mask, decoder_sequence_mask, mask
             )  # (B, T)
         encoder_padding_mask = and_masks(encoder_padding_mask, encoder_sequence_mask)
+        if self.quantization is not None:
+            self._check_int8_call(
+                attention_mask=self_attention_mask,
+                return_attention_scores=return_attention_scores,
+                self_attention_cache=self_attention_cache is not None)
+            return self._int8_call(decoder_sequence, decoder_padding_mask, training,
+                                   causal=use_causal_mask)
         scores = {}
 
         # === Masked self-attention sublayer ===

@@ -74,8 +74,9 @@ class TransformerEncoderBlock(EncoderInt8Layout, TransformerBlockBase):
             the block runs fake-quantized for quantization-aware training, in the layout
             of its int8 TFLite file (fused 2-D Q/K/V matmul, per-head batched matmuls),
             on the same weights; `keras_attn.quantization.quantize_model` sets it.
-            Post-LN blocks with a padding mask only (no `attention_mask`,
-            `attention_bias`, causal mask or scores). Defaults to `None` (float).
+            A padding mask and the causal mask only (no `attention_mask`,
+            `attention_bias` or scores; `query_length` post-LN only). Defaults to
+            `None` (float).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -114,11 +115,6 @@ class TransformerEncoderBlock(EncoderInt8Layout, TransformerBlockBase):
         super().__init__(num_heads, intermediate_dim, *args, **kwargs)
         self.quantization = check_layout_settings(quantization)
         if self.quantization is not None:
-            if self.norm_first:
-                raise ValueError(
-                    "`quantization` is the int8 layout of a post-LN block; a pre-LN block "
-                    "(`norm_first=True`) has none yet. Received: norm_first=True, "
-                    f"quantization={quantization!r}")
             self._init_int8_layout(intermediate_dim, **self.quantization)
 
     # === Build ===
@@ -138,52 +134,9 @@ class TransformerEncoderBlock(EncoderInt8Layout, TransformerBlockBase):
         )
         self._build_feedforward(inputs_shape)
         if self.quantization is not None:
-            if key_dim * self.num_heads != d_model:
-                raise ValueError(
-                    "The int8 layout (`quantization`) needs `key_dim * num_heads` equal to "
-                    f"the model width. Received: key_dim={key_dim}, num_heads="
-                    f"{self.num_heads}, d_model={d_model}")
+            self._check_int8_layout(d_model, key_dim)
             self._build_int8_layout()
         self.built = True
-
-    # The sublayers the int8 layout (`EncoderInt8Layout`) reads.
-    attention_dropout_layer = property(lambda self: self.self_attention.dropout_layer)
-    attention_output_dropout_layer = property(lambda self: self.self_attention_dropout)
-    feedforward_dropout_layer = property(lambda self: self.feedforward_dropout)
-
-    def _int8_weights(self):
-        attention = self.self_attention
-        d_model = attention.output_dense.kernel.shape[-1]
-
-        def columns(kernel):  # (d, ..., H, dk) -> (d, H * dk)
-            return ops.reshape(kernel, (d_model, -1))
-
-        def flat(bias, size):  # (..., H, dk) -> (size,), zeros without a bias
-            return ops.zeros((size,)) if bias is None else ops.reshape(bias, (-1,))
-
-        if self.fused_qkv:
-            qkv_kernel = columns(attention.qkv_kernel)  # (d, 3d)
-            qkv_bias = flat(attention.qkv_bias, 3 * d_model)  # (3d,)
-        else:
-            projections = (attention.query_dense, attention.key_dense, attention.value_dense)
-            qkv_kernel = ops.concatenate([columns(p.kernel) for p in projections], axis=1)
-            qkv_bias = ops.concatenate([flat(p.bias, d_model) for p in projections])
-        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
-        return dict(
-            qkv_kernel=qkv_kernel, qkv_bias=qkv_bias,
-            output_kernel=ops.reshape(attention.output_dense.kernel, (d_model, d_model)),
-            output_bias=flat(attention.output_dense.bias, d_model),
-            attention_gamma=self.self_attention_layer_norm.gamma,
-            attention_beta=self.self_attention_layer_norm.beta,
-            intermediate_kernel=intermediate.kernel, intermediate_bias=intermediate.bias,
-            feedforward_output_kernel=output.kernel, feedforward_output_bias=output.bias,
-            feedforward_gamma=self.feedforward_layer_norm.gamma,
-            feedforward_beta=self.feedforward_layer_norm.beta,
-        )
-
-    def _channel_axes(self):
-        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
-        return [(intermediate.kernel, 1), (intermediate.bias, 0), (output.kernel, 0)]
 
     # === Call ===
 
@@ -204,9 +157,10 @@ class TransformerEncoderBlock(EncoderInt8Layout, TransformerBlockBase):
             self._check_query_length(query_length, inputs, use_causal_mask, inputs_mask, mask)
         padding_mask = and_masks(padding_mask, inputs_mask, mask)  # (B, T)
         if self.quantization is not None:
-            self._check_int8_call(attention_mask, attention_bias, use_causal_mask,
-                                  return_attention_scores)
-            return self._int8_call(inputs, padding_mask, training, query_length)
+            self._check_int8_call(attention_mask, attention_bias, return_attention_scores,
+                                  query_length)
+            return self._int8_call(inputs, padding_mask, training, query_length,
+                                   causal=use_causal_mask)
 
         # === Self-attention sublayer ===
         residual = inputs  # (B, T, d)
@@ -236,25 +190,6 @@ class TransformerEncoderBlock(EncoderInt8Layout, TransformerBlockBase):
         # === Feed-forward sublayer ===
         x = self._feedforward_sublayer(x, training)  # (B, T, d)
         return (x, scores) if return_attention_scores else x
-
-    def get_config(self):
-        config = super().get_config()
-        if self.quantization is not None:
-            config["quantization"] = self.int8_layout_config()
-        return config
-
-    def _check_int8_call(self, attention_mask, attention_bias, use_causal_mask,
-                         return_attention_scores):
-        given = [name for name, value in (
-            ("attention_mask", attention_mask is not None),
-            ("attention_bias", attention_bias is not None),
-            ("use_causal_mask", use_causal_mask),
-            ("return_attention_scores", return_attention_scores)) if value]
-        if given:
-            raise ValueError(
-                "The int8 layout (`quantization`) of TransformerEncoderBlock takes a padding "
-                f"mask only; it has no {', '.join(given)}. Use the float block "
-                "(`quantization=None`) for them.")
 
     def _check_query_length(self, query_length, inputs, use_causal_mask, inputs_mask, mask):
         check_query_length(query_length, inputs)

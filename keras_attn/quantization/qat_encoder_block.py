@@ -85,11 +85,14 @@ class QatEncoderBlock(EncoderInt8Layout, keras.layers.Layer):
             masked_score=masked_score, float_residual=float_residual,
             feedforward_float_channels=feedforward_float_channels,
             float_matmuls=float_matmuls, quantize_output=quantize_output)
-        self.attention_dropout_layer = keras.layers.Dropout(dropout, name="attention_dropout")
-        self.attention_output_dropout_layer = keras.layers.Dropout(
+        self.attention_dropout = keras.layers.Dropout(dropout, name="attention_dropout")
+        self.attention_output_dropout = keras.layers.Dropout(
             dropout, name="attention_output_dropout")
-        self.feedforward_dropout_layer = keras.layers.Dropout(
-            dropout, name="feedforward_dropout")
+        self.feedforward_dropout = keras.layers.Dropout(dropout, name="feedforward_dropout")
+
+    # The dropouts the layout (`EncoderInt8Layout`) applies.
+    attention_dropout_layer = property(lambda self: self.attention_dropout)
+    attention_output_dropout_layer = property(lambda self: self.attention_output_dropout)
 
     def build(self, inputs_shape, padding_mask_shape=None):
         H, F = inputs_shape[-1], self.intermediate_dim

@@ -1,18 +1,18 @@
 """`quantize_model`: the quantization-aware form of a functional or `Sequential` Keras model
-of Keras layers and keras-attn's post-LN encoder blocks and embeddings (pre-LN, decoder and
-relative-attention blocks and nested models are not yet known to it: they stay float, named in
-its warning).
+of Keras layers and keras-attn's encoder blocks, decoder-only blocks and embeddings, nested
+models included (blocks with cross-attention and the relative-attention blocks are not yet known
+to it: they stay float, named in its warning).
 
 The model is cloned (`keras.models.clone_model`) with every `Dense` replaced by a
 `QuantizedDense` (int8 weights, per output channel by default, and an int8 output; its bias
 rounded at the int32 scale the file stores) and every last-axis `LayerNormalization` by a
 `QuantizedLayerNormalization` (its MEAN, SUB, MUL, RSQRT rounded as the int8 file rounds
 them) and every `Embedding` by a `QuantizedEmbedding` (its table rounded to the one int8
-scale the file's GATHER reads), every post-LN `TransformerEncoderBlock` and every
-`TokenAndPositionEmbedding` by the same layer with its int8 layout (`quantization`), holding
-the same weights, an `ActivationQuantizer` on each
-float model input (the file's QUANTIZE) and after every other layer whose output the int8
-TFLite file stores in int8 (Jacob et al., 2018). `keras_attn.export.model_int8_tflite`
+scale the file's GATHER reads), every `TransformerEncoderBlock`, decoder-only
+`TransformerDecoderBlock` and `TokenAndPositionEmbedding` by the same layer with its int8
+layout (`quantization`), holding the same weights, an `ActivationQuantizer` on each float
+model input (the file's QUANTIZE) and after every other layer whose output the int8 TFLite
+file stores in int8 (Jacob et al., 2018). `keras_attn.export.model_int8_tflite`
 writes the full-int8 file. Layers that keep their input's int8 scale (dropout, reshaping,
 slicing, max pooling) get none. A layer `quantize_model` does not know stays float, gets no
 quantizer and is named in a warning: the TFLite converter then calibrates its output (post-
@@ -41,6 +41,7 @@ from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_bool
 
@@ -49,6 +50,8 @@ SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Res
                  keras.layers.Flatten, keras.layers.Permute, keras.layers.Cropping1D,
                  keras.layers.MaxPooling1D, keras.layers.GlobalMaxPooling1D,
                  keras.layers.SpatialDropout1D)
+# keras-attn's blocks with an int8 layout (`EncoderInt8Layout`).
+BLOCKS = (TransformerEncoderBlock, TransformerDecoderBlock)
 # Keras operations (`x[:, 0]`, `ops.reshape` in a functional model) that keep the scale.
 SCALE_KEEPING_OPS = ("GetItem", "Reshape", "Squeeze", "ExpandDims", "Transpose")
 # Keras layers computed in int8 after their output is rounded by a quantizer.
@@ -111,7 +114,7 @@ def float_layers(model):
         if _nested(layer):
             names += [f"{layer.name}/{name}" for name in float_layers(layer)]
         elif not (isinstance(layer, known) or _quantizable_block(layer)
-                  or _quantized(layer, TransformerEncoderBlock)):
+                  or _quantized(layer, BLOCKS)):
             names.append(layer.name)
     return names
 
@@ -122,9 +125,9 @@ def _nested(layer):
 
 
 def _quantizable_block(layer):
-    """A float encoder block that has an int8 layout (post-LN)."""
-    return (isinstance(layer, TransformerEncoderBlock) and layer.quantization is None
-            and not layer.norm_first)
+    """A float block that has an int8 layout (an encoder block, a decoder-only block)."""
+    return (isinstance(layer, BLOCKS) and layer.quantization is None
+            and getattr(layer, "cross_attention", None) is None)
 
 
 def _quantized(layer, kind):
@@ -159,7 +162,7 @@ class _Int8Graph:
                 layer, QuantizedEmbedding):
             return QuantizedEmbedding(**layer.get_config())
         if _quantizable_block(layer):
-            return TransformerEncoderBlock.from_config({**layer.get_config(), "quantization": {
+            return layer.__class__.from_config({**layer.get_config(), "quantization": {
                 "weight_quantization": self.weight_quantization, "decay": decay,
                 "float_residual": float_residual, "quantize_output": not float_residual,
                 "feedforward_float_channels": self.feedforward_float_channels}})
@@ -172,7 +175,8 @@ class _Int8Graph:
     def call(self, layer, *args, **kwargs):
         args = keras.tree.map_structure(self.quantized_input, args)
         first = keras.tree.flatten(args)[0] if keras.tree.flatten(args) else None
-        if isinstance(layer, QuantizedDense) or _quantized(layer, TransformerEncoderBlock):
+        if isinstance(layer, QuantizedDense) or (
+                _quantized(layer, BLOCKS) and not layer.norm_first):
             layer = self.reading(layer, self.producers.get(id(first)))
         outputs = layer(*args, **kwargs)
         self.produced(outputs, self.output_producer(layer, outputs, first))
@@ -190,8 +194,8 @@ class _Int8Graph:
             return [self.producers.get(id(tensor)) for tensor in inner]
         if isinstance(layer, QuantizedDense):
             return _int8(layer.activation_quantizer or layer.output_quantizer)
-        if _quantized(layer, TransformerEncoderBlock):
-            return _int8(layer.quantizers["feedforward_layer_norm_quantizer"])
+        if _quantized(layer, BLOCKS):
+            return _int8(layer.output_quantizer())
         if _quantized(layer, TokenAndPositionEmbedding):
             return _int8(layer.quantizers["output_quantizer"])
         if isinstance(layer, SCALE_KEEPING) or type(layer).__name__ in SCALE_KEEPING_OPS:
@@ -213,7 +217,7 @@ class _Int8Graph:
             settings = ({"input_producer": producer.path} if producer is not None
                         else {"quantize_input": True})
             config = layer.get_config()
-            if isinstance(layer, TransformerEncoderBlock):
+            if isinstance(layer, BLOCKS):
                 config["quantization"] = {**config["quantization"], **settings}
             else:
                 config.update(settings)
@@ -252,7 +256,7 @@ def _copy_weights(model, qat):
         target = qat.get_layer(layer.name)
         if _nested(layer):
             _copy_weights(layer, target)
-        elif isinstance(target, (TransformerEncoderBlock, TokenAndPositionEmbedding)):
+        elif isinstance(target, BLOCKS + (TokenAndPositionEmbedding,)):
             _copy_by_path(layer, target)
         elif isinstance(target, QuantizedDense):
             target.kernel.assign(layer.kernel)
@@ -310,7 +314,7 @@ def _sort_feedforward_channels(model, batches):
     """Permutes the feed-forward channels of each block with float channels and no ranges
     yet, widest last, from one calibrating pass; the ranges are then as before the pass."""
     blocks = [layer for layer in model._flatten_layers(include_self=False)
-              if _quantized(layer, TransformerEncoderBlock) and layer.feedforward_float_channels
+              if _quantized(layer, BLOCKS) and layer.feedforward_float_channels
               and float(layer.quantizers["intermediate_quantizer"].initialized.numpy()) < 0.5]
     if not blocks:
         return
@@ -343,10 +347,10 @@ def freeze_model_ranges(model, frozen=True):
             if frozen else None)
     for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, (QuantizedDense, QuantizedEmbedding)) or _quantized(
-                layer, (TransformerEncoderBlock, TokenAndPositionEmbedding)):
+                layer, BLOCKS + (TokenAndPositionEmbedding,)):
             layer.freeze_weight_ranges(frozen)
         producer = None
-        if isinstance(layer, QuantizedDense) or _quantized(layer, TransformerEncoderBlock):
+        if isinstance(layer, QuantizedDense) or _quantized(layer, BLOCKS):
             producer = layer.input_quantizer or quantizers.get(layer.input_producer)
         if hasattr(layer, "frozen_input_step"):
             # The bias is then rounded as the file stores it (`int32_bias`).
