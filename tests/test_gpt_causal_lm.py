@@ -179,7 +179,7 @@ def test_keras_save_load_keeps_the_tied_head(tmp_path):
     loaded = keras.saving.load_model(path)
     assert isinstance(loaded, GPTCausalLM)
     np.testing.assert_allclose(full_logits(loaded, ids), full_logits(lm, ids), atol=1e-5)
-    assert loaded.get_layer("lm_head").embedding is loaded.backbone.token_embedding
+    assert loaded.get_layer("lm_head").embedding() is loaded.backbone.token_embedding
     np.testing.assert_array_equal(
         ops.convert_to_numpy(loaded.generate(ids, 4)), ops.convert_to_numpy(lm.generate(ids, 4))
     )

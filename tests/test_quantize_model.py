@@ -13,6 +13,7 @@ from keras_attn.layers import TransformerEncoderBlock
 from keras_attn.models import BertBackbone
 from keras_attn.models import BertClassifier
 from keras_attn.models import GPTBackbone
+from keras_attn.models import GPTCausalLM
 from keras_attn.quantization.quantize_model import activation_quantizers
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import float_layers
@@ -330,14 +331,12 @@ def test_a_bert_classifier_and_its_nested_backbone_become_one_int8_file(
 
 @pytest.fixture(scope="module")
 def gpt_trained():
-    """A small `GPTBackbone` (pre-LN, causal, decoder-only blocks) under a Dense LM head,
-    fit to "the next token is this one plus one"."""
+    """A small `GPTCausalLM` (pre-LN, causal, decoder-only blocks, the LM head tied to the
+    token table) fit to "the next token is this one plus one"."""
     keras.utils.set_random_seed(0)
-    backbone = GPTBackbone(vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=32,
-                           intermediate_dim=64, max_sequence_length=16, dropout=0.0)
-    inputs = {name: keras.Input((None,), dtype="int32", name=name)
-              for name in ("token_ids", "padding_mask")}
-    model = keras.Model(inputs, keras.layers.Dense(40, name="lm_head")(backbone(inputs)))
+    model = GPTCausalLM(GPTBackbone(vocabulary_size=40, num_layers=2, num_heads=2,
+                                    hidden_dim=32, intermediate_dim=64,
+                                    max_sequence_length=16, dropout=0.0))
     starts = np.random.default_rng(0).integers(1, 40, 512)
     sequences = ((starts[:, None] + np.arange(13)[None]) % 39 + 1).astype("int32")
     x = {"token_ids": sequences[:, :12], "padding_mask": np.ones((512, 12), "int32")}
@@ -348,15 +347,18 @@ def gpt_trained():
 
 
 @pytest.mark.parametrize("float_residual", [False, True])
-def test_a_gpt_backbone_forward_pass_becomes_an_int8_file(gpt_trained, tmp_path,
-                                                          float_residual):
-    """GPT's pre-LN, causal blocks have their int8 layout too: the LM's file is builtins-only
-    (all-int8: int8 from the ids to the logits), within a few steps of the QAT model, and
-    predicts the next token as the float model does. Measured: all-int8 median 1, max 2
-    steps; float residual median 0, max 1; accuracy 1.0."""
+def test_a_gpt_forward_pass_becomes_an_int8_file(gpt_trained, tmp_path, float_residual):
+    """GPT's pre-LN, causal blocks have their int8 layout too, and its tied head reads the
+    QAT copy's int8 token table: the LM's file is builtins-only (all-int8: int8 from the ids
+    to the logits), within a few steps of the QAT model, and predicts the next token as the
+    float model does. Measured: all-int8 median 2, max 4 steps; float residual median 0,
+    max 2; accuracy 1.0."""
     model, x, y = gpt_trained
     qat = quantize_model(model, float_residual=float_residual)
     assert float_layers(qat) == []
+    backbone = next(layer for layer in qat.layers if isinstance(layer, keras.Model))
+    assert qat.get_layer("lm_head").embedding() is backbone.get_layer(
+        "embeddings").token_embedding
     batches = [{k: v[i:i + 64] for k, v in x.items()} for i in range(0, 256, 64)]
     calibrate_model(qat, batches)
     report = export_model_int8_tflite(qat, tmp_path / "lm_int8.tflite", batches[:1],

@@ -2,29 +2,94 @@ import keras
 from keras import ops
 
 from keras_attn import generation
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.quantized_dense import fake_quantize_weight
+from keras_attn.layers.quantized_dense import frozen_bound
 from keras_attn.layers.validation import check_int
 from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.model_config import ModelConfig
 
 
+@keras.saving.register_keras_serializable(package="keras_attn")
 class TiedEmbeddingLogits(keras.layers.Layer):
     """Output projection tied to a token embedding: `logits = h E^T` (Press & Wolf, 2017,
     "Using the Output Embedding to Improve Language Models"), as GPT-2's LM head.
 
     Not a public layer: `GPTCausalLM` creates it around its backbone's token embedding,
     whose `(V, H)` matrix it reads at every call, so it owns no weights of its own.
+
+    With `quantization` (a dict of `decay`, `quantize`; `quantize_model` sets it) the table
+    is fake-quantized per tensor and symmetrically, the one int8 scale of the embedding's
+    GATHER (`QuantizedEmbedding`), and the logits get an `ActivationQuantizer`: the int8
+    file's FULLY_CONNECTED on the transposed table. Its config and `.keras` file hold the
+    embedding and its table: a loaded copy reads a table of its own with the same values
+    (enough to convert it; not to train it tied).
     """
 
-    def __init__(self, embedding, **kwargs):
+    def __init__(self, embedding, quantization=None, **kwargs):
         super().__init__(**kwargs)
-        self.embedding = embedding
+        if isinstance(embedding, dict):
+            embedding = keras.saving.deserialize_keras_object(embedding)
+        if quantization is not None and set(quantization) - {"decay", "quantize"}:
+            raise ValueError("`quantization` takes `decay` and `quantize`. Received: "
+                             f"quantization={quantization!r}")
+        # Not tracked as a sublayer: the table belongs to the embedding's owner (saved
+        # there once); a quantized head saves it again itself (`save_own_variables`).
+        self._embedding = _Reference(embedding)
+        self.quantization = quantization
+        self.frozen_bound = None  # `max|E|` as a constant (export), or computed each call
+        self.output_quantizer = None
+        if quantization is not None:
+            self.output_quantizer = ActivationQuantizer(
+                decay=quantization.get("decay", 0.999),
+                quantize=quantization.get("quantize", True), name="output_quantizer")
 
-    def call(self, hidden):
-        table = ops.cast(self.embedding.embeddings, self.compute_dtype)  # (V, H)
-        return ops.matmul(hidden, ops.transpose(table))  # (B, T, V)
+    def embedding(self):
+        """The token `Embedding` whose table the head reads (a method: Keras' saving walks
+        attributes, and the table is saved by its owner)."""
+        return self._embedding.layer
+
+    def build(self, hidden_shape):
+        if not self.embedding().built:  # a copy loaded from its config
+            self.embedding().build((None,))
+        if self.output_quantizer is not None:
+            self.output_quantizer.build(())
+        self.built = True
+
+    def call(self, hidden, training=None):
+        table = ops.transpose(ops.cast(self.embedding().embeddings, self.compute_dtype))  # (H, V)
+        if self.output_quantizer is None:
+            return ops.matmul(hidden, table)  # (B, T, V)
+        if self.output_quantizer.quantize:
+            table = fake_quantize_weight(table, bound=self.frozen_bound)
+        return self.output_quantizer(ops.matmul(hidden, table), training=training)
+
+    def freeze_weight_ranges(self, frozen=True):
+        """The table's bound as a constant of the traced graph (export) or computed again."""
+        self.frozen_bound = frozen_bound(self.embedding().embeddings) if frozen else None
 
     def compute_output_shape(self, hidden_shape):
-        return tuple(hidden_shape[:-1]) + (self.embedding.input_dim,)
+        return tuple(hidden_shape[:-1]) + (self.embedding().input_dim,)
+
+    def get_config(self):
+        return {**super().get_config(),
+                "embedding": keras.saving.serialize_keras_object(self.embedding()),
+                "quantization": self.quantization}
+
+    def save_own_variables(self, store):
+        if self.quantization is not None:  # a `.keras` copy loads a table of its own
+            store["table"] = self.embedding().embeddings.numpy()
+
+    def load_own_variables(self, store):
+        if self.quantization is not None:
+            self.embedding().embeddings.assign(store["table"])
+
+
+class _Reference:
+    """Holds a layer without Keras tracking it (no second owner of its weights)."""
+
+    def __init__(self, layer):
+        self.layer = layer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

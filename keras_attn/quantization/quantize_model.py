@@ -44,6 +44,7 @@ from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbed
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_bool
+from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
 
 # Keras layers whose int8 output has their input's scale (TFLite keeps it): no quantizer.
 SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Reshape,
@@ -108,7 +109,7 @@ def float_layers(model):
     """The names of the layers of a `quantize_model` copy (or of a model about to be
     quantized) that `quantize_model` does not know and so leaves in float, unquantized."""
     known = SCALE_KEEPING + ROUNDED + (keras.layers.Dense, QuantizedDense, ActivationQuantizer,
-                                       TokenAndPositionEmbedding)
+                                       TokenAndPositionEmbedding, TiedEmbeddingLogits)
     names = []
     for layer in model.layers:
         if _nested(layer):
@@ -148,8 +149,25 @@ class _Int8Graph:
         self.producers = {}  # id(tensor) -> ActivationQuantizer or None (float)
         self.inputs = {}  # id(model input) -> its quantized tensor
         self.readers = {}  # id(cloned layer) -> the layer set to read its input
+        self.embeddings = {}  # id(float Embedding) -> its quantized copy (tied LM heads)
 
     def clone(self, layer):
+        clone = self._clone(layer)
+        if isinstance(layer, TokenAndPositionEmbedding):
+            self.embeddings[id(layer)] = (layer, clone)
+        return clone
+
+    def tied_embedding(self, embedding):
+        """The quantized copy of the float `embedding` (a `TokenAndPositionEmbedding`'s
+        token table, copied before the head that reads it)."""
+        for layer, clone in self.embeddings.values():
+            if layer.token_embedding is embedding:
+                return clone.token_embedding
+        raise ValueError("quantize_model found no copy of the embedding a tied LM head reads: "
+                         f"{embedding.name} is not the token table of a "
+                         "TokenAndPositionEmbedding of the model.")
+
+    def _clone(self, layer):
         decay, float_residual = self.decay, self.float_residual
         if isinstance(layer, keras.layers.Dense) and not isinstance(layer, QuantizedDense):
             return QuantizedDense(layer.units, activation=_activation(layer),
@@ -166,6 +184,9 @@ class _Int8Graph:
                 "weight_quantization": self.weight_quantization, "decay": decay,
                 "float_residual": float_residual, "quantize_output": not float_residual,
                 "feedforward_float_channels": self.feedforward_float_channels}})
+        if isinstance(layer, TiedEmbeddingLogits) and layer.quantization is None:
+            return TiedEmbeddingLogits(self.tied_embedding(layer.embedding()), name=layer.name,
+                                       quantization={"decay": decay})
         if isinstance(layer, TokenAndPositionEmbedding) and layer.quantization is None:
             # With a float residual stream, the sum with the positions stays float.
             return TokenAndPositionEmbedding.from_config({**layer.get_config(), "quantization": {
@@ -198,6 +219,8 @@ class _Int8Graph:
             return _int8(layer.output_quantizer())
         if _quantized(layer, TokenAndPositionEmbedding):
             return _int8(layer.quantizers["output_quantizer"])
+        if _quantized(layer, TiedEmbeddingLogits):
+            return _int8(layer.output_quantizer)
         if isinstance(layer, SCALE_KEEPING) or type(layer).__name__ in SCALE_KEEPING_OPS:
             return self.producers.get(id(first))
         return None
@@ -256,6 +279,8 @@ def _copy_weights(model, qat):
         target = qat.get_layer(layer.name)
         if _nested(layer):
             _copy_weights(layer, target)
+        elif isinstance(target, TiedEmbeddingLogits):
+            continue  # it reads the copied token table
         elif isinstance(target, BLOCKS + (TokenAndPositionEmbedding,)):
             _copy_by_path(layer, target)
         elif isinstance(target, QuantizedDense):
@@ -347,7 +372,7 @@ def freeze_model_ranges(model, frozen=True):
             if frozen else None)
     for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, (QuantizedDense, QuantizedEmbedding)) or _quantized(
-                layer, BLOCKS + (TokenAndPositionEmbedding,)):
+                layer, BLOCKS + (TokenAndPositionEmbedding, TiedEmbeddingLogits)):
             layer.freeze_weight_ranges(frozen)
         producer = None
         if isinstance(layer, QuantizedDense) or _quantized(layer, BLOCKS):
