@@ -17,6 +17,7 @@ from keras_attn.models import GPTCausalLM
 from keras_attn.quantization.quantize_model import activation_quantizers
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import float_layers
+from keras_attn.quantization.quantize_model import model_quantization_ops
 from keras_attn.quantization.quantize_model import quantize_model
 from tests.test_quantized_embedding import numpy_rows
 
@@ -426,3 +427,36 @@ def test_a_mean_pooled_sentence_embedder_keeps_its_direction(tmp_path, float_res
     assert (row["padding_mask"] == 0).sum() >= 4
     row["token_ids"][row["padding_mask"] == 0] = 5
     np.testing.assert_array_equal(list(runner(**row).values())[0], first)
+
+
+def test_float_ops_keep_the_ops_a_budget_names_in_float(bert_trained, tmp_path):
+    """`float_ops` (an int8 budget's choices) by the names `model_quantization_ops` lists:
+    a block matmul and the head stay float (in the QAT model and in the file), the rest
+    int8; an unknown name is refused with the model's names."""
+    model, inputs, _ = bert_trained
+    ops_ = model_quantization_ops(model)
+    assert ops_[0] == "embeddings" and ops_[-2:] == ["pooled_dense", "logits"]
+    assert ops_[1:5] == [f"transformer_layer_0/{m}" for m in (
+        "qkv", "attention_output", "intermediate", "feedforward_output")]
+    qat = quantize_model(model, float_residual=True,
+                         float_ops=["transformer_layer_1/intermediate", "logits"])
+    backbone = next(layer for layer in qat.layers if isinstance(layer, keras.Model))
+    assert backbone.get_layer("transformer_layer_1").float_matmuls == ("intermediate",)
+    assert backbone.get_layer("transformer_layer_0").float_matmuls == ()
+    assert not qat.get_layer("logits").quantize
+    batches = [{k: v[i:i + 64] for k, v in inputs.items()} for i in range(0, 128, 64)]
+    calibrate_model(qat, batches)
+    report = export_model_int8_tflite(qat, tmp_path / "model.tflite", batches[:1],
+                                      sequence_length=12)
+    # The two float matmuls: FULLY_CONNECTED in float; every other matmul int8.
+    assert report["non_int8_ops"].get("FULLY_CONNECTED") == 2, report["non_int8_ops"]
+    assert "CONV_2D" not in report["non_int8_ops"] and report["ops"]["CONV_2D"] == 10 - 2
+    runner = Interpreter(model_path=report["path"]).get_signature_runner()
+    outputs = np.concatenate([list(runner(**{k: v[i:i + 1] for k, v in inputs.items()})
+                                   .values())[0] for i in range(32)])
+    expected = keras.ops.convert_to_numpy(qat({k: v[:32] for k, v in inputs.items()}))
+    assert np.abs(outputs - expected).max() <= 0.05 * np.abs(expected).max()
+    with pytest.raises(ValueError, match="`float_ops` names an op the model does not have"):
+        quantize_model(model, float_residual=True, float_ops=["transformer_layer_9/qkv"])
+    with pytest.raises(ValueError, match="needs `float_residual=True`"):
+        quantize_model(model, float_ops=["logits"])

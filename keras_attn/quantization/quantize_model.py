@@ -34,6 +34,7 @@ import keras
 import numpy as np
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.encoder_int8_layout import MATMULS
 from keras_attn.layers.encoder_int8_layout import ChannelRanges
 from keras_attn.layers.encoder_int8_layout import check_feedforward_float_channels
 from keras_attn.layers.quantized_dense import QuantizedDense
@@ -45,6 +46,7 @@ from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_bool
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
+from keras_attn.quantization.quantization_ops import check_float_ops
 
 # Keras layers whose int8 output has their input's scale (TFLite keeps it): no quantizer.
 SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Reshape,
@@ -64,7 +66,7 @@ ROUNDED = (keras.layers.LayerNormalization, keras.layers.Activation, keras.layer
 
 
 def quantize_model(model, weight_quantization="per_channel", decay=0.999,
-                   float_residual=False, feedforward_float_channels=0):
+                   float_residual=False, feedforward_float_channels=0, float_ops=()):
     """The quantization-aware copy of `model` (which is left as it is).
 
     Args:
@@ -81,6 +83,10 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999,
             hidden channels of each encoder block kept in float (LLM.int8()'s
             decomposition; `calibrate_model` finds them). Defaults to `0`.
             `**QuantizationRecipe().layout()` gives the default recipe's two settings.
+        float_ops: names of `model_quantization_ops(model)` computed in float (an int8
+            budget's choices), with `float_residual`: a `Dense` or embedding by its name
+            (no rounding of its weights or output), a block's matmul as
+            `"<block>/<matmul>"`.
 
     Returns:
         A `keras.Model` with the same inputs, outputs and weights, fake-quantized; set its
@@ -94,7 +100,14 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999,
                          f"Received: model={type(model).__name__}")
     if isinstance(model, keras.Sequential):  # `call_function` needs the functional form
         model = keras.Model(model.inputs, model.outputs, name=model.name)
-    graph = _Int8Graph(weight_quantization, decay, float_residual, feedforward_float_channels)
+    float_ops = check_float_ops(float_ops, model_quantization_ops(model))
+    if float_ops and not float_residual:
+        raise ValueError(
+            "`float_ops` needs `float_residual=True`: an all-int8 file is calibrated by the "
+            "converter wherever QAT left a tensor float, so the ops would be int8 anyway. "
+            f"Received: float_ops={list(float_ops)!r}, float_residual=False")
+    graph = _Int8Graph(weight_quantization, decay, float_residual, feedforward_float_channels,
+                       float_ops)
     qat = keras.models.clone_model(model, clone_function=graph.clone, call_function=graph.call,
                                    recursive=True)
     _copy_weights(model, qat)
@@ -103,6 +116,24 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999,
         warnings.warn(f"quantize_model keeps {len(unknown)} layer(s) in float, unquantized "
                       f"(not a layer it knows): {', '.join(unknown)}", stacklevel=2)
     return qat
+
+
+def model_quantization_ops(model):
+    """The ops of `model` (float, or a `quantize_model` copy) that `quantize_model`'s
+    `float_ops` can keep in float, in graph order: each `Dense`, `Embedding`,
+    `TokenAndPositionEmbedding` and tied LM head by its name, each block's weight matmuls as
+    `"<block>/<matmul>"` (`MATMULS`: qkv, attention_output, intermediate,
+    feedforward_output); nested models' ops included."""
+    names = []
+    for layer in model.layers:
+        if _nested(layer):
+            names += model_quantization_ops(layer)
+        elif _quantizable_block(layer) or _quantized(layer, BLOCKS):
+            names += [f"{layer.name}/{matmul}" for matmul in MATMULS]
+        elif isinstance(layer, (keras.layers.Dense, keras.layers.Embedding, QuantizedDense,
+                                TokenAndPositionEmbedding, TiedEmbeddingLogits)):
+            names.append(layer.name)
+    return names
 
 
 def float_layers(model):
@@ -141,7 +172,9 @@ class _Int8Graph:
     carries (`None`: float), a quantizer on each float model input (the file's QUANTIZE),
     and a weight matmul reading a float tensor rounds it itself (`quantize_input`)."""
 
-    def __init__(self, weight_quantization, decay, float_residual, feedforward_float_channels):
+    def __init__(self, weight_quantization, decay, float_residual, feedforward_float_channels,
+                 float_ops):
+        self.float_ops = float_ops
         self.weight_quantization = weight_quantization
         self.decay = decay
         self.float_residual = float_residual
@@ -169,28 +202,31 @@ class _Int8Graph:
 
     def _clone(self, layer):
         decay, float_residual = self.decay, self.float_residual
+        int8 = layer.name not in self.float_ops
         if isinstance(layer, keras.layers.Dense) and not isinstance(layer, QuantizedDense):
             return QuantizedDense(layer.units, activation=_activation(layer),
                                   weight_quantization=self.weight_quantization, decay=decay,
-                                  name=layer.name)
+                                  quantize=int8, name=layer.name)
         if isinstance(layer, keras.layers.LayerNormalization) and layer.axis in (-1, [-1]) \
                 and not isinstance(layer, QuantizedLayerNormalization) and not float_residual:
             return QuantizedLayerNormalization(decay=decay, **layer.get_config())
         if isinstance(layer, keras.layers.Embedding) and not isinstance(
-                layer, QuantizedEmbedding):
+                layer, QuantizedEmbedding) and int8:
             return QuantizedEmbedding(**layer.get_config())
         if _quantizable_block(layer):
             return layer.__class__.from_config({**layer.get_config(), "quantization": {
                 "weight_quantization": self.weight_quantization, "decay": decay,
                 "float_residual": float_residual, "quantize_output": not float_residual,
-                "feedforward_float_channels": self.feedforward_float_channels}})
+                "feedforward_float_channels": self.feedforward_float_channels,
+                "float_matmuls": [matmul for matmul in MATMULS
+                                  if f"{layer.name}/{matmul}" in self.float_ops]}})
         if isinstance(layer, TiedEmbeddingLogits) and layer.quantization is None:
             return TiedEmbeddingLogits(self.tied_embedding(layer.embedding()), name=layer.name,
-                                       quantization={"decay": decay})
+                                       quantization={"decay": decay, "quantize": int8})
         if isinstance(layer, TokenAndPositionEmbedding) and layer.quantization is None:
             # With a float residual stream, the sum with the positions stays float.
             return TokenAndPositionEmbedding.from_config({**layer.get_config(), "quantization": {
-                "decay": decay, "quantize_output": not float_residual}})
+                "decay": decay, "quantize": int8, "quantize_output": int8 and not float_residual}})
         return layer.__class__.from_config(layer.get_config())
 
     def call(self, layer, *args, **kwargs):
@@ -201,7 +237,7 @@ class _Int8Graph:
             layer = self.reading(layer, self.producers.get(id(first)))
         outputs = layer(*args, **kwargs)
         self.produced(outputs, self.output_producer(layer, outputs, first))
-        if isinstance(layer, ROUNDED):
+        if isinstance(layer, ROUNDED) and layer.name not in self.float_ops:
             quantizer = ActivationQuantizer(decay=self.decay,
                                             name=f"{layer.name}_output_quantizer")
             outputs = keras.tree.map_structure(quantizer, outputs)
