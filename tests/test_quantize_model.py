@@ -11,6 +11,7 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_attn.export.model_int8_tflite import export_model_int8_tflite
+from keras_attn.layers import ActivationQuantizer
 from keras_attn.layers import TokenAndPositionEmbedding
 from keras_attn.layers import TransformerDecoderBlock
 from keras_attn.layers import TransformerEncoderBlock
@@ -18,6 +19,8 @@ from keras_attn.models import BertBackbone
 from keras_attn.models import BertClassifier
 from keras_attn.models import GPTBackbone
 from keras_attn.models import GPTCausalLM
+from keras_attn.quantization import QuantizationRecipe
+from keras_attn.quantization import dequantize_model
 from keras_attn.quantization.quantize_model import activation_quantizers
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import float_layers
@@ -519,3 +522,35 @@ def test_qat_fits_under_a_mirrored_strategy_as_on_one_device(tmp_path):
     difference, moved = (float(value) for value in
                          result.stdout.split("DIFF ")[1].split(" MOVED "))
     assert moved > 0.5 and difference < 0.01, (difference, moved)
+
+
+@pytest.mark.parametrize("fixture", ["bert_trained", "gpt_trained", "readme_trained"])
+def test_the_float_model_comes_back_exactly(fixture, request):
+    """`dequantize_model` of a copy (calibrated with the default recipe: the float channels
+    permuted) is the float model again: the same classes, weights and outputs; a tied head
+    stays tied. After QAT, it holds the fine-tuned weights."""
+    model, inputs, _ = request.getfixturevalue(fixture)
+    qat = quantize_model(model, **QuantizationRecipe().layout())
+    batches = [keras.tree.map_structure(lambda v: v[:64], inputs)]
+    calibrate_model(qat, batches)
+    float_again = dequantize_model(qat)
+    assert float_layers(float_again) == []  # all of it known, nothing quantized
+    assert not [layer for layer in float_again._flatten_layers()
+                if isinstance(layer, ActivationQuantizer)]
+    for old, new in zip(model.weights, float_again.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(new),
+                                      keras.ops.convert_to_numpy(old), err_msg=old.path)
+    np.testing.assert_allclose(float_again.predict(batches[0], verbose=0),
+                               model.predict(batches[0], verbose=0), atol=1e-5)
+    if fixture == "gpt_trained":
+        backbone = next(layer for layer in float_again.layers if isinstance(layer, keras.Model))
+        assert float_again.get_layer("lm_head").embedding() is backbone.get_layer(
+            "embeddings").token_embedding
+    if fixture == "readme_trained":  # QAT moves the weights; the float model follows
+        y = request.getfixturevalue(fixture)[2]
+        qat.compile(keras.optimizers.Adam(1e-3),
+                    keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        qat.fit(inputs, y, epochs=1, batch_size=64, verbose=0)
+        head = dequantize_model(qat).get_layer("head")
+        np.testing.assert_array_equal(head.kernel.numpy(), qat.get_layer("head").kernel.numpy())
+        assert not np.array_equal(head.kernel.numpy(), model.get_layer("head").kernel.numpy())

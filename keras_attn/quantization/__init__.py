@@ -10,6 +10,7 @@ from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
+from keras_attn.quantization.dequantize_model import dequantize_model
 from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
@@ -27,6 +28,7 @@ __all__ = [
     "QuantizedLayerNormalization",
     "QuantizationRecipe",
     "calibrate_model",
+    "dequantize_model",
     "quantize_model",
 ]
 

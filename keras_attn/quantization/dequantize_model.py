@@ -1,0 +1,106 @@
+"""`dequantize_model`: the float model of a `quantize_model` copy, with the copy's weights (after
+QAT, the fine-tuned float model; before, the model `quantize_model` was given)."""
+
+import keras
+import numpy as np
+
+from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.quantized_dense import QuantizedDense
+from keras_attn.layers.quantized_embedding import QuantizedEmbedding
+from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
+from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
+from keras_attn.quantization.quantize_model import BLOCKS
+
+
+def dequantize_model(qat):
+    """The float form of a `quantize_model` copy: every quantized layer back to its float
+    class (`QuantizedDense` -> `Dense`, `QuantizedEmbedding` -> `Embedding`,
+    `QuantizedLayerNormalization` -> `LayerNormalization`, the blocks, embeddings and tied
+    head without `quantization`), the `ActivationQuantizer`s left out, the weights the
+    copy's (the feed-forward channels in their float order again).
+
+    `dequantize_model(quantize_model(model))` computes what `model` computes, with the same
+    weights; after QAT (`fit` on the copy) it is the fine-tuned float model.
+
+    Args:
+        qat: a `keras_attn.quantization.quantize_model` copy (not changed).
+
+    Returns:
+        A functional `keras.Model` with the copy's inputs and outputs.
+
+    Example:
+    >>> inputs = keras.Input((4,))
+    >>> model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    >>> from keras_attn.quantization import quantize_model
+    >>> float_again = dequantize_model(quantize_model(model))
+    >>> [type(layer).__name__ for layer in float_again.layers]
+    ['InputLayer', 'Dense']
+    """
+    graph = _FloatGraph()
+    model = keras.models.clone_model(qat, clone_function=graph.clone,
+                                     call_function=graph.call, recursive=True)
+    _copy_weights(qat, model)
+    return model
+
+
+class _FloatGraph:
+    """`dequantize_model`'s `clone_model` functions."""
+
+    def __init__(self):
+        self.embeddings = []  # (embedding layer of the copy, its float clone)
+
+    def clone(self, layer):
+        config = layer.get_config()
+        if isinstance(layer, QuantizedDense):
+            return keras.layers.Dense(layer.units, activation=layer.activation,
+                                      name=layer.name)
+        if isinstance(layer, QuantizedEmbedding):
+            return keras.layers.Embedding(**config)
+        if isinstance(layer, QuantizedLayerNormalization):
+            del config["decay"]
+            return keras.layers.LayerNormalization(**config)
+        if isinstance(layer, TiedEmbeddingLogits):
+            clone = next(clone for original, clone in self.embeddings
+                         if original.token_embedding is layer.embedding())
+            return TiedEmbeddingLogits(clone.token_embedding, name=layer.name)
+        if isinstance(layer, BLOCKS + (TokenAndPositionEmbedding,)):
+            config.pop("quantization", None)
+        clone = layer.__class__.from_config(config)
+        if isinstance(layer, TokenAndPositionEmbedding):
+            self.embeddings.append((layer, clone))
+        return clone
+
+    def call(self, layer, *args, **kwargs):
+        if isinstance(layer, ActivationQuantizer):
+            return args[0]  # the float model does not round
+        return layer(*args, **kwargs)
+
+
+def _copy_weights(qat, model):
+    for layer in model.layers:
+        if not layer.weights or isinstance(layer, TiedEmbeddingLogits):
+            continue  # a tied head reads its embedding's table
+        source = qat.get_layer(layer.name)
+        if isinstance(layer, keras.Model):
+            _copy_weights(source, layer)
+        elif isinstance(layer, BLOCKS + (TokenAndPositionEmbedding,)):
+            _copy_by_path(source, layer)
+        elif isinstance(source, QuantizedDense):
+            layer.kernel.assign(source.kernel)
+            layer.bias.assign(source.bias)
+        elif isinstance(source, QuantizedLayerNormalization):
+            layer.set_weights([w for w in (source.gamma, source.beta) if w is not None])
+        else:
+            layer.set_weights(source.get_weights())
+
+
+def _copy_by_path(source, target):
+    """The float layer's weights from the quantized one's at the same path below it, the
+    feed-forward channels in their float order."""
+    quantized_block = isinstance(source, BLOCKS) and source.quantization is not None
+    reordered = source.float_order_feedforward_weights() if quantized_block else {}
+    values = {variable.path.split(f"{source.name}/", 1)[-1]:
+              reordered.get(variable.path, variable) for variable in source.weights}
+    for variable in target.weights:
+        variable.assign(np.asarray(values[variable.path.split(f"{target.name}/", 1)[-1]]))
