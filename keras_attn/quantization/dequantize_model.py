@@ -2,7 +2,6 @@
 QAT, the fine-tuned float model; before, the model `quantize_model` was given)."""
 
 import keras
-import numpy as np
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.quantized_dense import QuantizedDense
@@ -11,6 +10,7 @@ from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormal
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
 from keras_attn.quantization.quantize_model import BLOCKS
+from keras_attn.quantization.quantize_model import copy_weight
 
 
 def dequantize_model(qat):
@@ -87,8 +87,8 @@ def _copy_weights(qat, model):
         elif isinstance(layer, BLOCKS + (TokenAndPositionEmbedding,)):
             _copy_by_path(source, layer)
         elif isinstance(source, QuantizedDense):
-            layer.kernel.assign(source.kernel)
-            layer.bias.assign(source.bias)
+            layer.kernel.assign(copy_weight(source.kernel))
+            layer.bias.assign(copy_weight(source.bias))
         elif isinstance(source, QuantizedLayerNormalization):
             layer.set_weights([w for w in (source.gamma, source.beta) if w is not None])
         else:
@@ -103,4 +103,4 @@ def _copy_by_path(source, target):
     values = {variable.path.split(f"{source.name}/", 1)[-1]:
               reordered.get(variable.path, variable) for variable in source.weights}
     for variable in target.weights:
-        variable.assign(np.asarray(values[variable.path.split(f"{target.name}/", 1)[-1]]))
+        variable.assign(copy_weight(values[variable.path.split(f"{target.name}/", 1)[-1]]))

@@ -320,13 +320,13 @@ def _copy_weights(model, qat):
         elif isinstance(target, BLOCKS + (TokenAndPositionEmbedding,)):
             _copy_by_path(layer, target)
         elif isinstance(target, QuantizedDense):
-            target.kernel.assign(layer.kernel)
+            target.kernel.assign(copy_weight(layer.kernel))
             if layer.bias is not None:
-                target.bias.assign(layer.bias)
+                target.bias.assign(copy_weight(layer.bias))
         elif isinstance(target, QuantizedLayerNormalization):
             for name in ("gamma", "beta"):
                 if getattr(layer, name) is not None:
-                    getattr(target, name).assign(getattr(layer, name))
+                    getattr(target, name).assign(copy_weight(getattr(layer, name)))
         else:
             target.set_weights(layer.get_weights())
 
@@ -337,7 +337,13 @@ def _copy_by_path(layer, target):
     targets = {variable.path.split(f"{target.name}/", 1)[-1]: variable
                for variable in target.weights}
     for variable in layer.weights:
-        targets[variable.path.split(f"{layer.name}/", 1)[-1]].assign(variable)
+        targets[variable.path.split(f"{layer.name}/", 1)[-1]].assign(copy_weight(variable))
+
+
+def copy_weight(value):
+    """A NumPy copy of a weight: on JAX an assigned array would be shared, and a `fit` of
+    one model, which donates its buffers, would delete the other's weights."""
+    return np.array(keras.ops.convert_to_numpy(value))
 
 
 def activation_quantizers(model):
