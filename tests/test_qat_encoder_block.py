@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.layers.encoder_int8_layout import ChannelRanges
+from keras_attn.layers.feedforward_float_channels import ChannelRanges
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.quantization.qat_bert import QatBert

@@ -1,60 +1,31 @@
-"""`EncoderInt8Layout`: the int8 layout of a post-LN encoder block (BERT's), fake-quantized
-for quantization-aware training, rounding where its int8 TFLite file rounds. Mixed into
-`TransformerEncoderBlock` (its `quantization` setting) and `QatEncoderBlock`; each supplies
-its weights through `_int8_weights()`."""
+"""`EncoderInt8Layout`: the int8 layout of a Transformer block (post-LN as BERT's, pre-LN
+and causal as GPT's), fake-quantized for quantization-aware training, rounding where its int8
+TFLite file rounds. Mixed into `TransformerEncoderBlock` and `TransformerDecoderBlock` (their
+`quantization` setting) and `QatEncoderBlock`; each supplies its weights through
+`_int8_weights()`."""
 
 import math
 
-import numpy as np
 from keras import ops
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.feedforward_float_channels import FeedforwardFloatChannels
+from keras_attn.layers.int8_layout_settings import MATMULS
+from keras_attn.layers.int8_layout_settings import PRE_LN_MATMULS
+from keras_attn.layers.int8_layout_settings import QUANTIZER_NAMES
+from keras_attn.layers.int8_layout_settings import RESIDUAL_QUANTIZER_NAMES
+from keras_attn.layers.int8_layout_settings import SOFTMAX_RANGE
+from keras_attn.layers.int8_layout_settings import check_feedforward_float_channels
+from keras_attn.layers.int8_layout_settings import check_float_matmuls
 from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.quantized_dense import matmul_bound
 from keras_attn.layers.quantized_dense import quantized_matmul
 from keras_attn.layers.quantized_layer_normalization import layer_norm
 from keras_attn.layers.quantized_layer_normalization import layer_norm_quantizers
 from keras_attn.layers.validation import check_bool
-from keras_attn.layers.validation import check_int
-
-# TFLite's int8 SOFTMAX has a fixed output scale of 1/256 (zero point -128).
-SOFTMAX_RANGE = (0.0, 255.0 / 256.0)
-
-_QUANTIZER_NAMES = (
-    "qkv_quantizer", "context_quantizer", "attention_output_quantizer",
-    "attention_residual_quantizer", "attention_layer_norm_quantizer",
-    "intermediate_quantizer", "activation_quantizer", "feedforward_output_quantizer",
-    "feedforward_residual_quantizer", "feedforward_layer_norm_quantizer",
-)
-# The residual stream: float with `float_residual=True`.
-_RESIDUAL_QUANTIZER_NAMES = ("attention_residual_quantizer", "feedforward_residual_quantizer")
-# The weight matmuls, each with the quantizers of its int8 input (when the block produces
-# it) and output, which a float matmul (`float_matmuls`) switches off.
-MATMULS = {
-    "qkv": ("qkv_quantizer",),
-    "attention_output": ("context_quantizer", "attention_output_quantizer"),
-    "intermediate": ("attention_layer_norm_quantizer", "intermediate_quantizer"),
-    "feedforward_output": ("activation_quantizer", "feedforward_output_quantizer"),
-}
-# The same for a pre-LN block, whose LayerNorm outputs are what the qkv and intermediate
-# matmuls read.
-PRE_LN_MATMULS = {
-    "qkv": ("attention_layer_norm_quantizer", "qkv_quantizer"),
-    "attention_output": ("context_quantizer", "attention_output_quantizer"),
-    "intermediate": ("feedforward_layer_norm_quantizer", "intermediate_quantizer"),
-    "feedforward_output": ("activation_quantizer", "feedforward_output_quantizer"),
-}
-# The settings of the layout (`TransformerEncoderBlock(quantization={...})` takes these
-# keys), with their defaults.
-LAYOUT_DEFAULTS = dict(
-    weight_quantization="per_channel", quantize=True, decay=0.999,
-    attention_mask_margin=12.0, masked_score=-1e9, float_residual=False,
-    feedforward_float_channels=0, float_matmuls=(), quantize_output=None,
-    quantize_input=False, input_producer=None,
-)
 
 
-class EncoderInt8Layout:
+class EncoderInt8Layout(FeedforwardFloatChannels):
     """The int8 computation of a post-LN Transformer encoder block (Vaswani et al., 2017,
     §3.1; BERT's) with fake quantization (Jacob et al., 2018):
 
@@ -95,7 +66,7 @@ class EncoderInt8Layout:
     stores them last). The two parts meet in the float residual sum; the function is the
     same for every k.
 
-    Settings (`LAYOUT_DEFAULTS`):
+    Settings (`int8_layout_settings.LAYOUT_DEFAULTS`):
         weight_quantization: `"per_channel"` or `"per_tensor"`. quantize: bool, `False`
             runs the same graph in float. decay: EMA factor. attention_mask_margin: float,
             see above. masked_score: float, masked scores when `quantize=False`.
@@ -161,9 +132,9 @@ class EncoderInt8Layout:
         self.quantizers = {
             name: ActivationQuantizer(decay=decay, name=name, quantize=(
                 quantize_output if name == output
-                else residual_quantize if name in _RESIDUAL_QUANTIZER_NAMES
+                else residual_quantize if name in RESIDUAL_QUANTIZER_NAMES
                 else quantize and name not in float_quantizers))
-            for name in _QUANTIZER_NAMES
+            for name in QUANTIZER_NAMES
         }
         self.input_quantizer = (ActivationQuantizer(
             decay=decay, quantize=quantize and "qkv" not in float_matmuls,
@@ -353,49 +324,6 @@ class EncoderInt8Layout:
             "feedforward_output": matmul_bound(w["feedforward_output_kernel"][channels], wq),
         }
 
-    def _feedforward_parts(self):
-        """`(channels, quantized)` of each part of the feed-forward network: the int8
-        channels, then the `feedforward_float_channels` float ones (stored last)."""
-        F, k = self.intermediate_dim, self.feedforward_float_channels
-        if not k:
-            return [(slice(None), True)]
-        return [(slice(0, F - k), True), (slice(F - k, F), False)]
-
-    def permute_feedforward_channels(self, order):
-        """Reorders the feed-forward hidden channels: stored channel `i` becomes the one
-        at `order[i]`. The block computes the same function (the up-projection's columns
-        and the down-projection's rows move together); only which channels are the last
-        `feedforward_float_channels`, the float ones, changes. Call it before the ranges
-        are set.
-
-        Args:
-            order: a permutation of `range(intermediate_dim)`, e.g. the channels sorted
-                by their calibrated range, widest last.
-        """
-        order = np.asarray(order)
-        if sorted(order.tolist()) != list(range(self.intermediate_dim)):
-            raise ValueError(
-                f"`order` must be a permutation of range({self.intermediate_dim}) (the "
-                f"feed-forward channels). Received: order of shape {order.shape}"
-            )
-        if not self.feedforward_float_channels:
-            raise ValueError("Permuting the feed-forward channels only matters with "
-                             "`feedforward_float_channels` > 0. Received: "
-                             "feedforward_float_channels=0")
-
-        for variable, axis in self._channel_axes() + [(self.feedforward_channel_order, 0)]:
-            variable.assign(np.take(ops.convert_to_numpy(variable), order, axis=axis))
-
-    def float_order_feedforward_weights(self):
-        """`{path: NumPy value}` of the feed-forward weights back in the float model's
-        channel order (what `permute_feedforward_channels` moved); `{}` without
-        `feedforward_float_channels`."""
-        if not self.feedforward_float_channels:
-            return {}
-        inverse = np.argsort(ops.convert_to_numpy(self.feedforward_channel_order))
-        return {variable.path: np.take(ops.convert_to_numpy(variable), inverse, axis=axis)
-                for variable, axis in self._channel_axes()}
-
     def _int8_call(self, inputs, padding_mask, training=None, query_length=None,
                    residual=None, return_residual=False, causal=False):
         """The block's output `(B, q, H)` (`q = T` without `query_length`); see
@@ -548,69 +476,3 @@ def _key_mask(padding_mask, length, causal):
         allowed = (positions[None, :] <= positions[:, None])[None, None]  # (1, 1, T, T)
         mask = allowed if mask is None else ops.logical_and(mask, allowed)
     return mask
-
-
-def check_layout_settings(settings):
-    """`settings` (a dict of `LAYOUT_DEFAULTS` keys, or `None`) as a new dict, or an error
-    naming the unknown keys."""
-    if settings is None:
-        return None
-    if not isinstance(settings, dict):
-        raise ValueError("`quantization` must be a dict of int8 layout settings "
-                         f"({', '.join(LAYOUT_DEFAULTS)}) or None. Received: "
-                         f"quantization={settings!r}")
-    unknown = sorted(set(settings) - set(LAYOUT_DEFAULTS))
-    if unknown:
-        raise ValueError(f"Unknown int8 layout setting(s) {unknown} in `quantization`; the "
-                         f"settings are {', '.join(LAYOUT_DEFAULTS)}. Received: "
-                         f"quantization={settings!r}")
-    return dict(settings)
-
-
-def check_float_matmuls(float_matmuls):
-    """`float_matmuls` as a tuple of `MATMULS` names (in graph order), or an error naming
-    the argument."""
-    if isinstance(float_matmuls, str) or not all(m in MATMULS for m in float_matmuls):
-        raise ValueError(f"`float_matmuls` must be a list of {tuple(MATMULS)}. Received: "
-                         f"float_matmuls={float_matmuls!r}")
-    return tuple(m for m in MATMULS if m in float_matmuls)
-
-
-def check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,
-                                     float_residual):
-    """Raises unless `feedforward_float_channels` is an int in `[0, intermediate_dim)`,
-    and above 0 only with `float_residual` (the float channels' output is added in
-    float)."""
-    k = feedforward_float_channels
-    check_int("feedforward_float_channels", k, 0, intermediate_dim,
-              meaning="the feed-forward channels kept in float", high_name="intermediate_dim")
-    if k and float_residual is not True:
-        raise ValueError(
-            "`feedforward_float_channels` > 0 needs `float_residual=True`: the float "
-            f"channels' output is added to the residual in float. Received: "
-            f"feedforward_float_channels={k}, float_residual={float_residual!r}"
-        )
-
-
-class ChannelRanges:
-    """Running per-channel min and max of the feed-forward up-projection output, part by
-    part (eager calls only: the values are read as NumPy)."""
-
-    def __init__(self):
-        self._parts = {}
-
-    def update(self, part, h):
-        h = ops.convert_to_numpy(h)  # (N, channels of the part)
-        low, high = h.min(axis=0), h.max(axis=0)
-        if part in self._parts:
-            low = np.minimum(low, self._parts[part][0])
-            high = np.maximum(high, self._parts[part][1])
-        self._parts[part] = (low, high)
-
-    def widths(self):
-        """`max - min` of every channel `(F,)`, in stored order."""
-        if not self._parts:
-            raise ValueError("No channel ranges were collected: run the block eagerly on "
-                             "at least one batch first.")
-        parts = [self._parts[p] for p in sorted(self._parts)]
-        return np.concatenate([high - low for low, high in parts])

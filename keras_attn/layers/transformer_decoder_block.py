@@ -3,7 +3,7 @@ from keras import ops
 
 from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.encoder_int8_layout import EncoderInt8Layout
-from keras_attn.layers.encoder_int8_layout import check_layout_settings
+from keras_attn.layers.int8_layout_settings import check_layout_settings
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.transformer_block_base import TransformerBlockBase
 from keras_attn.layers.transformer_block_base import resolve_key_dim

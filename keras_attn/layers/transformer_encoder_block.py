@@ -3,7 +3,7 @@ from keras import ops
 
 from keras_attn.layers.attention_mask import and_masks
 from keras_attn.layers.encoder_int8_layout import EncoderInt8Layout
-from keras_attn.layers.encoder_int8_layout import check_layout_settings
+from keras_attn.layers.int8_layout_settings import check_layout_settings
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.transformer_block_base import TransformerBlockBase
 from keras_attn.layers.transformer_block_base import resolve_key_dim
@@ -70,7 +70,7 @@ class TransformerEncoderBlock(EncoderInt8Layout, TransformerBlockBase):
         kernel_initializer: initializer for every kernel. Defaults to `"glorot_uniform"`.
         bias_initializer: initializer for every bias. Defaults to `"zeros"`.
         quantization: optional dict of int8 layout settings (`EncoderInt8Layout`, keys
-            of `encoder_int8_layout.LAYOUT_DEFAULTS`, e.g. `{"float_residual": True}`):
+            of `int8_layout_settings.LAYOUT_DEFAULTS`, e.g. `{"float_residual": True}`):
             the block runs fake-quantized for quantization-aware training, in the layout
             of its int8 TFLite file (fused 2-D Q/K/V matmul, per-head batched matmuls),
             on the same weights; `keras_attn.quantization.quantize_model` sets it.

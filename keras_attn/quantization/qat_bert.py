@@ -11,9 +11,9 @@ from keras_attn.checkpoints.bert_weights import bert_block_weight_names
 from keras_attn.checkpoints.bert_weights import bert_weight_targets
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.crf import CRF
-from keras_attn.layers.encoder_int8_layout import MATMULS
-from keras_attn.layers.encoder_int8_layout import ChannelRanges
-from keras_attn.layers.encoder_int8_layout import check_feedforward_float_channels
+from keras_attn.layers.feedforward_float_channels import ChannelRanges
+from keras_attn.layers.int8_layout_settings import MATMULS
+from keras_attn.layers.int8_layout_settings import check_feedforward_float_channels
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.transformer_block_base import serialize_activation

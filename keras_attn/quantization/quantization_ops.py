@@ -3,7 +3,7 @@ moves, `quantization_budget`; the rows of `quantization_sensitivity`)."""
 
 import numpy as np
 
-from keras_attn.layers.encoder_int8_layout import MATMULS
+from keras_attn.layers.int8_layout_settings import MATMULS
 
 
 def quantization_ops(num_layers, head="classification"):

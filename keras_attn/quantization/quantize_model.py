@@ -34,9 +34,9 @@ import keras
 import numpy as np
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
-from keras_attn.layers.encoder_int8_layout import MATMULS
-from keras_attn.layers.encoder_int8_layout import ChannelRanges
-from keras_attn.layers.encoder_int8_layout import check_feedforward_float_channels
+from keras_attn.layers.feedforward_float_channels import ChannelRanges
+from keras_attn.layers.int8_layout_settings import MATMULS
+from keras_attn.layers.int8_layout_settings import check_feedforward_float_channels
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
