@@ -26,11 +26,14 @@ from keras_attn.layers.validation import check_bool
 
 
 class EncoderInt8Layout(FeedforwardFloatChannels):
-    """The int8 computation of a post-LN Transformer encoder block (Vaswani et al., 2017,
-    §3.1; BERT's) with fake quantization (Jacob et al., 2018):
+    """The int8 computation of a Transformer block (Vaswani et al., 2017, §3.1) with fake
+    quantization (Jacob et al., 2018), post-LN (BERT's) or, with the host's `norm_first`,
+    pre-LN (GPT-2's; the causal mask `M` with `causal=True`):
 
-        y = LN(x + Dropout(Attn(x))),  z = LN(y + Dropout(W_2 act(W_1 y + b_1) + b_2))
+        post-LN: y = LN(x + Dropout(Attn(x))),  z = LN(y + Dropout(FFN(y)))
+        pre-LN:  y = x + Dropout(Attn(LN(x))),  z = y + Dropout(FFN(LN(y)))
         Attn(x) = concat_h(softmax(Q_h K_h^T / sqrt(d) + M) V_h) W_O
+        FFN(y) = W_2 act(W_1 y + b_1) + b_2
 
     Layout: 2-D matmuls `(B*T, H) x (H, out)`, Q, K and V by one fused `(H, 3H)` matmul
     and one split (`1/sqrt(d)` folded into the query columns inside the graph, so the
@@ -75,7 +78,7 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         float_matmuls: names of `MATMULS` run in float, with the rounding of their input
             (where the block makes it) and output (what an int8 budget moves to float).
         quantize_output: bool, round the output to int8 (the next layer's first matmul
-            reads it). Defaults to `quantize`.
+            reads it). Defaults to `quantize` (pre-LN with `float_residual`: `False`).
         quantize_input: bool, round the input to int8 in the block (`input_quantizer`):
             for an input that no int8 layer produced. Defaults to `False`.
         input_producer: optional path of the `ActivationQuantizer` whose int8 codes the
@@ -111,9 +114,10 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         check_bool("quantize_input", quantize_input)
         if pre_ln and (quantize_input or (quantize_output and float_residual)):
             raise ValueError(
-                "A pre-LN block's input and output are its residual stream: with "
-                "`float_residual` they stay float (no `quantize_input`, `quantize_output`). "
-                f"Received: quantize_input={quantize_input}, quantize_output={quantize_output}")
+                "A pre-LN block's input and output are its residual stream: no matmul reads "
+                "its input (no `quantize_input`), and with `float_residual` its output stays "
+                f"float (no `quantize_output`). Received: quantize_input={quantize_input}, "
+                f"quantize_output={quantize_output}, float_residual={float_residual}")
         self.weight_quantization = weight_quantization
         self.quantize = quantize
         self.decay = decay

@@ -182,7 +182,7 @@ class _Int8Graph:
         self.producers = {}  # id(tensor) -> ActivationQuantizer or None (float)
         self.inputs = {}  # id(model input) -> its quantized tensor
         self.readers = {}  # id(cloned layer) -> the layer set to read its input
-        self.embeddings = {}  # id(float Embedding) -> its quantized copy (tied LM heads)
+        self.embeddings = {}  # id(TokenAndPositionEmbedding) -> (it, its copy): tied heads
 
     def clone(self, layer):
         clone = self._clone(layer)
