@@ -69,3 +69,21 @@ def randomize(layer, seed=0):
     """Non-trivial biases and LayerNorm gains, so the test sees every weight."""
     rng = np.random.default_rng(seed)
     layer.set_weights([rng.normal(scale=0.4, size=w.shape) for w in layer.get_weights()])
+
+
+def fake_quant_reference(x, low, high, num_bits=8):
+    """TF's FakeQuantWithMinMaxVars: nudge the range so 0 is a code, clamp, round."""
+    quant_min, quant_max = 0.0, 2.0 ** num_bits - 1
+    scale = (high - low) / (quant_max - quant_min)
+    zero_point = np.clip(quant_min - low / scale, quant_min, quant_max)
+    zero_point = np.floor(zero_point + 0.5)
+    nudged_min = (quant_min - zero_point) * scale
+    nudged_max = (quant_max - zero_point) * scale
+    clamped = np.clip(x, nudged_min, nudged_max)
+    return np.floor((clamped - nudged_min) / scale + 0.5) * scale + nudged_min
+
+
+def numpy_rows(table, ids):
+    """Symmetric per-tensor int8 (255 levels, zero point 0): s = max|E| / 127."""
+    step = np.abs(table).max() / 127
+    return np.clip(np.round(table / step), -127, 127)[ids] * step

@@ -3,18 +3,7 @@ import numpy as np
 import pytest
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
-
-
-def fake_quant_reference(x, low, high, num_bits=8):
-    """TF's FakeQuantWithMinMaxVars: nudge the range so 0 is a code, clamp, round."""
-    quant_min, quant_max = 0.0, 2.0 ** num_bits - 1
-    scale = (high - low) / (quant_max - quant_min)
-    zero_point = np.clip(quant_min - low / scale, quant_min, quant_max)
-    zero_point = np.floor(zero_point + 0.5)
-    nudged_min = (quant_min - zero_point) * scale
-    nudged_max = (quant_max - zero_point) * scale
-    clamped = np.clip(x, nudged_min, nudged_max)
-    return np.floor((clamped - nudged_min) / scale + 0.5) * scale + nudged_min
+from tests.numpy_reference import fake_quant_reference
 
 
 def test_fake_quant_matches_numpy_reference():

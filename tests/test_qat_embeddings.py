@@ -6,7 +6,7 @@ import numpy as np
 
 from keras_attn.layers.quantized_layer_normalization import layer_norm
 from keras_attn.layers.quantized_layer_normalization import layer_norm_quantizers
-from tests.test_activation_quantizer import fake_quant_reference
+from tests.numpy_reference import fake_quant_reference
 
 
 def np_quantized_layer_norm(x, gamma, beta, epsilon):

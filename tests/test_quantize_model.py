@@ -26,7 +26,7 @@ from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import model_quantization_ops
 from keras_attn.quantization.quantize_model import quantize_model
-from tests.test_quantized_embedding import numpy_rows
+from tests.numpy_reference import numpy_rows
 
 pytestmark = pytest.mark.tensorflow
 

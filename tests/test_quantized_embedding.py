@@ -9,14 +9,9 @@ from keras import ops
 
 from keras_attn.quantization import QuantizedEmbedding
 from tests.layer_test_case import run_layer_test
+from tests.numpy_reference import numpy_rows
 
 IDS = np.array([[1, 5, 9, 0], [3, 3, 7, 2]], "int32")
-
-
-def numpy_rows(table, ids):
-    """Symmetric per-tensor int8 (255 levels, zero point 0): s = max|E| / 127."""
-    step = np.abs(table).max() / 127
-    return np.clip(np.round(table / step), -127, 127)[ids] * step
 
 
 def test_rows_are_the_int8_rows_of_the_table():

@@ -7,8 +7,8 @@ from keras import ops
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from tests.layer_test_case import run_layer_test
-from tests.test_activation_quantizer import fake_quant_reference
-from tests.test_quantized_embedding import numpy_rows
+from tests.numpy_reference import fake_quant_reference
+from tests.numpy_reference import numpy_rows
 
 IDS = np.array([[5, 6, 7, 0], [1, 2, 3, 4]], "int32")
 SEGMENTS = np.array([[0, 0, 1, 1], [0, 1, 1, 1]], "int32")
