@@ -217,49 +217,6 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         """The `ActivationQuantizer` of the block's output (rounding it unless float)."""
         return self.quantizers[self._output_quantizer_name()]
 
-    # The sublayers of the float blocks (`TransformerEncoderBlock`,
-    # `TransformerDecoderBlock`) the layout reads.
-    attention_dropout_layer = property(lambda self: self.self_attention.dropout_layer)
-    attention_output_dropout_layer = property(lambda self: self.self_attention_dropout)
-    feedforward_dropout_layer = property(lambda self: self.feedforward_dropout)
-
-    def _int8_weights(self):
-        """The weights of the float block's sublayers (fused or separate Q/K/V kernels)
-        as the layout reads them (see the class docstring)."""
-        attention = self.self_attention
-        d_model = attention.output_dense.kernel.shape[-1]
-
-        def columns(kernel):  # (d, ..., H, dk) -> (d, H * dk)
-            return ops.reshape(kernel, (d_model, -1))
-
-        def flat(bias, size):  # (..., H, dk) -> (size,), zeros without a bias
-            return ops.zeros((size,)) if bias is None else ops.reshape(bias, (-1,))
-
-        if self.fused_qkv:
-            qkv_kernel = columns(attention.qkv_kernel)  # (d, 3d)
-            qkv_bias = flat(attention.qkv_bias, 3 * d_model)  # (3d,)
-        else:
-            projections = (attention.query_dense, attention.key_dense, attention.value_dense)
-            qkv_kernel = ops.concatenate([columns(p.kernel) for p in projections], axis=1)
-            qkv_bias = ops.concatenate([flat(p.bias, d_model) for p in projections])
-        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
-        return dict(
-            qkv_kernel=qkv_kernel, qkv_bias=qkv_bias,
-            output_kernel=ops.reshape(attention.output_dense.kernel, (d_model, d_model)),
-            output_bias=flat(attention.output_dense.bias, d_model),
-            attention_gamma=self.self_attention_layer_norm.gamma,
-            attention_beta=self.self_attention_layer_norm.beta,
-            intermediate_kernel=intermediate.kernel, intermediate_bias=intermediate.bias,
-            feedforward_output_kernel=output.kernel, feedforward_output_bias=output.bias,
-            feedforward_gamma=self.feedforward_layer_norm.gamma,
-            feedforward_beta=self.feedforward_layer_norm.beta,
-        )
-
-    def _channel_axes(self):
-        """`(variable, axis)` of the weights whose feed-forward channels move together."""
-        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
-        return [(intermediate.kernel, 1), (intermediate.bias, 0), (output.kernel, 0)]
-
     def _check_int8_layout(self, d_model, key_dim):
         if key_dim * self.num_heads != d_model:
             raise ValueError(
@@ -350,8 +307,8 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         residual_rows = x if residual is inputs else ops.reshape(residual, (-1, H))
 
         # === Self-attention ===
-        attended = self._int8_attention(x, batch, length, padding_mask, training, query_length,
-                                   causal)  # (B*q, H)
+        attended = self._int8_attention(x, w, batch, length, padding_mask, training,
+                                        query_length, causal)  # (B*q, H)
         x = q["attention_residual_quantizer"](residual_rows + attended, training=training)
         x = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
                        self.attention_layer_norm_quantizers, training)  # (B*q, H)
@@ -360,7 +317,7 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
 
         # === Feed-forward: the int8 channels, then the float ones ===
         x = q["feedforward_residual_quantizer"](
-            x + self._int8_feedforward(x_int8, x, training), training=training)
+            x + self._int8_feedforward(x_int8, x, w, training), training=training)
         x = layer_norm(x, w["feedforward_gamma"], w["feedforward_beta"],
                        self.layer_norm_epsilon, self.feedforward_layer_norm_quantizers,
                        training)
@@ -384,7 +341,8 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         h = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
                        self.attention_layer_norm_quantizers, training)
         h = q["attention_layer_norm_quantizer"](h, training=training)  # (B*T, H), int8
-        attended = self._int8_attention(h, batch, length, padding_mask, training, causal=causal)
+        attended = self._int8_attention(h, w, batch, length, padding_mask, training,
+                                        causal=causal)
         x = q["attention_residual_quantizer"](x + attended, training=training)  # (B*T, H)
 
         # === Feed-forward on LN(y) ===
@@ -394,14 +352,15 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         h_int8 = q["feedforward_layer_norm_quantizer"](h, training=training)
         h = h if self.float_residual else h_int8  # what the float channels read
         x = q["feedforward_residual_quantizer"](
-            x + self._int8_feedforward(h_int8, h, training), training=training)
+            x + self._int8_feedforward(h_int8, h, w, training), training=training)
         return ops.reshape(x, (batch, length, H))  # (B, T, H)
 
-    def _int8_attention(self, x, batch, length, padding_mask, training, query_length=None,
-                   causal=False):
-        """Self-attention of the int8 rows `x` `(B*T, H)`: the output projection's
-        rounded output `(B*q, H)`, after its dropout."""
-        q, w = self.quantizers, self._int8_weights()
+    def _int8_attention(self, x, w, batch, length, padding_mask, training, query_length=None,
+                        causal=False):
+        """Self-attention of the int8 rows `x` `(B*T, H)` with the weights `w` (read once
+        per call, `_int8_weights()`): the output projection's rounded output `(B*q, H)`,
+        after its dropout."""
+        q = self.quantizers
         H = x.shape[-1]
         n = self.num_heads
         d = H // n
@@ -437,18 +396,18 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         attended = q["attention_output_quantizer"](attended, training=training)
         return self.attention_output_dropout_layer(attended, training=training)
 
-    def _int8_feedforward(self, x_int8, x, training):
+    def _int8_feedforward(self, x_int8, x, w, training):
         """`FFN` of the LayerNorm output: its int8 channels read `x_int8`, its float ones
         `x`; the parts' sum `(N, H)` after dropout."""
         h = None
         for part, (channels, quantized) in enumerate(self._feedforward_parts()):
             output = self._feedforward_part(x_int8 if quantized else x, part, channels,
-                                            quantized, training)
+                                            quantized, training, w)
             h = output if h is None else h + output  # (N, H)
         return self.feedforward_dropout_layer(h, training=training)
 
-    def _feedforward_part(self, x, part, channels, quantized, training):
-        q, w = self.quantizers, self._int8_weights()
+    def _feedforward_part(self, x, part, channels, quantized, training, w=None):
+        q, w = self.quantizers, w or self._int8_weights()
         whole = not self.feedforward_float_channels
         kernel_in = (w["intermediate_kernel"] if whole
                      else w["intermediate_kernel"][:, channels])

@@ -130,6 +130,49 @@ class TransformerBlockBase(FeedForwardMixin, keras.layers.Layer):
     def compute_mask(self, inputs, mask=None):
         return mask
 
+    # The sublayers of the float blocks (`TransformerEncoderBlock`,
+    # `TransformerDecoderBlock`) the layout reads.
+    attention_dropout_layer = property(lambda self: self.self_attention.dropout_layer)
+    attention_output_dropout_layer = property(lambda self: self.self_attention_dropout)
+    feedforward_dropout_layer = property(lambda self: self.feedforward_dropout)
+
+    def _int8_weights(self):
+        """The weights of the float block's sublayers (fused or separate Q/K/V kernels)
+        as the layout reads them (see the class docstring)."""
+        attention = self.self_attention
+        d_model = attention.output_dense.kernel.shape[-1]
+
+        def columns(kernel):  # (d, ..., H, dk) -> (d, H * dk)
+            return ops.reshape(kernel, (d_model, -1))
+
+        def flat(bias, size):  # (..., H, dk) -> (size,), zeros without a bias
+            return ops.zeros((size,)) if bias is None else ops.reshape(bias, (-1,))
+
+        if self.fused_qkv:
+            qkv_kernel = columns(attention.qkv_kernel)  # (d, 3d)
+            qkv_bias = flat(attention.qkv_bias, 3 * d_model)  # (3d,)
+        else:
+            projections = (attention.query_dense, attention.key_dense, attention.value_dense)
+            qkv_kernel = ops.concatenate([columns(p.kernel) for p in projections], axis=1)
+            qkv_bias = ops.concatenate([flat(p.bias, d_model) for p in projections])
+        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
+        return dict(
+            qkv_kernel=qkv_kernel, qkv_bias=qkv_bias,
+            output_kernel=ops.reshape(attention.output_dense.kernel, (d_model, d_model)),
+            output_bias=flat(attention.output_dense.bias, d_model),
+            attention_gamma=self.self_attention_layer_norm.gamma,
+            attention_beta=self.self_attention_layer_norm.beta,
+            intermediate_kernel=intermediate.kernel, intermediate_bias=intermediate.bias,
+            feedforward_output_kernel=output.kernel, feedforward_output_bias=output.bias,
+            feedforward_gamma=self.feedforward_layer_norm.gamma,
+            feedforward_beta=self.feedforward_layer_norm.beta,
+        )
+
+    def _channel_axes(self):
+        """`(variable, axis)` of the weights whose feed-forward channels move together."""
+        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
+        return [(intermediate.kernel, 1), (intermediate.bias, 0), (output.kernel, 0)]
+
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -227,24 +227,10 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
 
         # === Encoder-decoder (cross) attention sublayer ===
         if has_cross:
-            if self_attention_cache is not None and cross_attention_cache is None:
-                cross_attention_cache = self.compute_cross_attention_cache(
-                    encoder_sequence
-                )  # (B, 2, S_enc, H, dk)
-            residual = x  # (B, T, d)
-            if self.norm_first:
-                x = self.cross_attention_layer_norm(x)
-            result = self.cross_attention(
-                x, value=encoder_sequence, padding_mask=encoder_padding_mask,
-                cache=cross_attention_cache,
-                return_attention_scores=return_attention_scores, training=training,
-            )
-            attended, scores["cross_attention"], cross_attention_cache = _unpack(
-                result, return_attention_scores, cross_attention_cache is not None
+            x, scores["cross_attention"], cross_attention_cache = self._cross_attention_sublayer(
+                x, encoder_sequence, encoder_padding_mask, cross_attention_cache,
+                self_attention_cache is not None, return_attention_scores, training,
             )  # (B, T, d), (B, H, T, S_enc), (B, 2, S_enc, H, dk)
-            x = ops.add(residual, self.cross_attention_dropout(attended, training=training))
-            if not self.norm_first:
-                x = self.cross_attention_layer_norm(x)  # (B, T, d)
 
         # === Feed-forward sublayer ===
         x = self._feedforward_sublayer(x, training)  # (B, T, d)
@@ -257,6 +243,31 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
             if has_cross:
                 outputs += (cross_attention_cache,)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _cross_attention_sublayer(self, x, encoder_sequence, encoder_padding_mask,
+                                  cross_attention_cache, decoding, return_attention_scores,
+                                  training):
+        """`(x, scores, cross cache)` after the residual cross-attention sublayer; while
+        decoding with a cache, the encoder output is projected once into the cross cache."""
+        if decoding and cross_attention_cache is None:
+            cross_attention_cache = self.compute_cross_attention_cache(
+                encoder_sequence
+            )  # (B, 2, S_enc, H, dk)
+        residual = x  # (B, T, d)
+        if self.norm_first:
+            x = self.cross_attention_layer_norm(x)
+        result = self.cross_attention(
+            x, value=encoder_sequence, padding_mask=encoder_padding_mask,
+            cache=cross_attention_cache,
+            return_attention_scores=return_attention_scores, training=training,
+        )
+        attended, scores, cross_attention_cache = _unpack(
+            result, return_attention_scores, cross_attention_cache is not None
+        )  # (B, T, d), (B, H, T, S_enc), (B, 2, S_enc, H, dk)
+        x = ops.add(residual, self.cross_attention_dropout(attended, training=training))
+        if not self.norm_first:
+            x = self.cross_attention_layer_norm(x)  # (B, T, d)
+        return x, scores, cross_attention_cache
 
     def _check_call_arguments(
         self, encoder_sequence, self_attention_cache, cache_update_index, cross_cache

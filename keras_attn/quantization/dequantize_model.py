@@ -10,6 +10,7 @@ from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormal
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
 from keras_attn.quantization.quantize_model import BLOCKS
+from keras_attn.quantization.quantize_model import copy_by_path
 from keras_attn.quantization.quantize_model import copy_weight
 
 
@@ -85,7 +86,7 @@ def _copy_weights(qat, model):
         if isinstance(layer, keras.Model):
             _copy_weights(source, layer)
         elif isinstance(layer, BLOCKS + (TokenAndPositionEmbedding,)):
-            _copy_by_path(source, layer)
+            _copy_float_order(source, layer)
         elif isinstance(source, QuantizedDense):
             layer.kernel.assign(copy_weight(source.kernel))
             layer.bias.assign(copy_weight(source.bias))
@@ -95,12 +96,9 @@ def _copy_weights(qat, model):
             layer.set_weights(source.get_weights())
 
 
-def _copy_by_path(source, target):
-    """The float layer's weights from the quantized one's at the same path below it, the
-    feed-forward channels in their float order."""
+def _copy_float_order(source, target):
+    """The float layer's weights from the quantized one's, the feed-forward channels in
+    their float order."""
     quantized_block = isinstance(source, BLOCKS) and source.quantization is not None
-    reordered = source.float_order_feedforward_weights() if quantized_block else {}
-    values = {variable.path.split(f"{source.name}/", 1)[-1]:
-              reordered.get(variable.path, variable) for variable in source.weights}
-    for variable in target.weights:
-        variable.assign(copy_weight(values[variable.path.split(f"{target.name}/", 1)[-1]]))
+    copy_by_path(source, target,
+                 source.float_order_feedforward_weights() if quantized_block else None)

@@ -93,6 +93,7 @@ class QatEncoderBlock(EncoderInt8Layout, keras.layers.Layer):
     # The dropouts the layout (`EncoderInt8Layout`) applies.
     attention_dropout_layer = property(lambda self: self.attention_dropout)
     attention_output_dropout_layer = property(lambda self: self.attention_output_dropout)
+    feedforward_dropout_layer = property(lambda self: self.feedforward_dropout)
 
     def build(self, inputs_shape, padding_mask_shape=None):
         H, F = inputs_shape[-1], self.intermediate_dim

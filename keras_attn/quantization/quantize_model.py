@@ -318,7 +318,7 @@ def _copy_weights(model, qat):
         elif isinstance(target, TiedEmbeddingLogits):
             continue  # it reads the copied token table
         elif isinstance(target, BLOCKS + (TokenAndPositionEmbedding,)):
-            _copy_by_path(layer, target)
+            copy_by_path(layer, target)
         elif isinstance(target, QuantizedDense):
             target.kernel.assign(copy_weight(layer.kernel))
             if layer.bias is not None:
@@ -331,13 +331,22 @@ def _copy_weights(model, qat):
             target.set_weights(layer.get_weights())
 
 
-def _copy_by_path(layer, target):
-    """Copies each weight of `layer` to the weight of `target` at the same path below the
-    layer (`target` has the same sublayers, and quantizers besides)."""
+def copy_by_path(source, target, replaced=None):
+    """Copies each weight of `source` to the weight of `target` at the same path below the
+    layer; the quantized one of the two has quantizers besides, and every weight of the
+    float one is copied. `replaced`: `{source variable path: value}` used instead."""
+    replaced = replaced or {}
     targets = {variable.path.split(f"{target.name}/", 1)[-1]: variable
                for variable in target.weights}
-    for variable in layer.weights:
-        targets[variable.path.split(f"{layer.name}/", 1)[-1]].assign(copy_weight(variable))
+    copied = 0
+    for variable in source.weights:
+        key = variable.path.split(f"{source.name}/", 1)[-1]
+        if key in targets:
+            targets[key].assign(copy_weight(replaced.get(variable.path, variable)))
+            copied += 1
+    if copied != min(len(source.weights), len(target.weights)):
+        raise ValueError(f"{target.name} has not every weight of {source.name} at the same "
+                         f"paths: {copied} of {min(len(source.weights), len(target.weights))}")
 
 
 def copy_weight(value):
