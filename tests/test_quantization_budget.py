@@ -7,6 +7,7 @@ import pytest
 
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.quantization_budget import cost_order
 from keras_attn.quantization.quantization_budget import held_out_score
 from keras_attn.quantization.quantization_budget import quantization_budget
 from keras_attn.quantization.quantization_ops import op_weight_count
@@ -66,12 +67,18 @@ def test_a_budget_moves_the_op_with_a_bad_range_to_float_first_and_ends_within_i
     chosen, record = quantization_budget(qat, rows, score, max_drop=0.5)
     assert record["float_metric"] == 100.0 and record["within_budget"]
     assert record["steps"][0] == {"float_ops": [], "metric": round(recipe_points, 4),
-                                  "drop": round(100.0 - recipe_points, 4)}
+                                  "drop": round(100.0 - recipe_points, 4),
+                                  "size_cost_bytes": 0}
     assert record["float_ops"][0] == "transformer_layer_1/qkv"
     # Moves stop at the first step within the budget, one op per step, in row order.
     assert [s["drop"] <= 0.5 for s in record["steps"]] == [False] * (
         len(record["steps"]) - 1) + [True]
-    assert record["float_ops"] == [r["op"] for r in rows[1:len(record["steps"])]]
+    order = cost_order(qat, [r["op"] for r in rows[1:]])
+    assert order == [r["op"] for r in rows[1:]]  # no op 4 times the median's weights
+    assert record["float_ops"] == order[:len(record["steps"]) - 1]
+    assert [s["size_cost_bytes"] for s in record["steps"]] == [
+        3 * sum(qat.op_weight_count(op) for op in order[:k])
+        for k in range(len(record["steps"]))]
     # The chosen model is what the record says: those ops float, that score.
     assert chosen.float_ops == tuple(op for op in qat.quantization_ops()
                                      if op in record["float_ops"])

@@ -7,8 +7,11 @@ without an XNNPACK kernel), ONNX, the TF Serving SavedModel; TFLite metadata and
 TensorFlow-specific by design (the converters are).
 """
 
+from keras_attn.export.export_model import export_model
 from keras_attn.export.mediapipe_export import append_softmax
 from keras_attn.export.mediapipe_export import write_mediapipe_artifacts
+from keras_attn.export.model_int8_tflite import export_model_fp32_tflite
+from keras_attn.export.model_int8_tflite import export_model_int8_tflite
 from keras_attn.export.onnx_export import OnnxRunner
 from keras_attn.export.onnx_export import export_onnx
 from keras_attn.export.onnx_metadata import embed_onnx_metadata
@@ -39,12 +42,12 @@ from keras_attn.export.tflite_runtime import benchmark_tflite
 from keras_attn.export.tflite_runtime import run_tflite
 
 __all__ = [
-    "TFLITE_VARIANTS",
     "ExportError",
     "ExportOptions",
     "OnnxRunner",
     "RunExporter",
     "ServingModule",
+    "TFLITE_VARIANTS",
     "TFLiteExportError",
     "TFLiteMetadataError",
     "append_softmax",
@@ -53,6 +56,9 @@ __all__ = [
     "decode_text_entities",
     "embed_metadata",
     "embed_onnx_metadata",
+    "export_model",
+    "export_model_fp32_tflite",
+    "export_model_int8_tflite",
     "export_onnx",
     "export_run",
     "export_saved_model",

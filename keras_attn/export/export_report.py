@@ -127,10 +127,12 @@ def budget_markdown(budget):
               + (", ".join(f"`{op}`" for op in budget["float_ops"]) or "none")
               + f"; their float weights add {budget.get('size_cost_bytes', 0) / 1e6:.2f} MB "
                 "to `model_int8.tflite` (its size and latency: the artifact table).", "",
-              "| ops in float | metric | below float |", "| --- | --- | --- |"]
+              "| ops in float | metric | below float | float weights add |",
+              "| --- | --- | --- | --- |"]
     for step in budget["steps"]:
         moved = f"+ `{step['float_ops'][-1]}`" if step["float_ops"] else "none (the recipe)"
-        lines.append(f"| {moved} | {step['metric']:.2f} | {step['drop']:.2f} |")
+        lines.append(f"| {moved} | {step['metric']:.2f} | {step['drop']:.2f} | "
+                     f"{step.get('size_cost_bytes', 0) / 1e6:.2f} MB |")
     return lines + _file_moves(budget.get("file"))
 
 

@@ -16,7 +16,8 @@ on the kernels it ships with; the twin's stays beside it.
 """
 
 from keras_attn.layers.validation import check_int
-from keras_attn.quantization.quantization_ops import op_weight_count
+from keras_attn.quantization.quantization_budget import cost_order
+from keras_attn.quantization.quantization_budget import size_cost
 
 MAX_FILE_MOVES = 3  # ops the file may move beyond the twin's choice (conversions)
 
@@ -68,8 +69,9 @@ def file_budget(model, budget, score_file, score_twin, order, max_moves=MAX_FILE
         f"{steps[-1]['twin_metric']:.2f}, float {float_metric:.2f}, budget {max_drop:g}")
     if steps[-1]["file_drop"] > max_drop and len(moved) < max_moves and callable(order):
         order = order()  # the sensitivity order, needed only now
-    remaining = [] if callable(order) else [op for op in order
-                                           if op != "all" and op not in float_ops]
+    remaining = [] if callable(order) else [
+        op for op in cost_order(model, [op for op in order if op != "all"])
+        if op not in float_ops]
     while steps[-1]["file_drop"] > max_drop and remaining and len(moved) < max_moves:
         moved.append(remaining.pop(0))
         float_ops.append(moved[-1])
@@ -83,8 +85,7 @@ def file_budget(model, budget, score_file, score_twin, order, max_moves=MAX_FILE
                     "within_budget": steps[-1]["file_drop"] <= max_drop,
                     "twin_within_budget": steps[-1]["twin_drop"] <= max_drop,
                     "max_moves": max_moves,
-                    # float32 instead of int8 weights: 3 more bytes each
-                    "size_cost_bytes": 3 * sum(op_weight_count(model, op) for op in moved)}
+                    "size_cost_bytes": size_cost(model, moved)}
 
 
 def _twin_metric(model, scored, score_twin):

@@ -1,5 +1,6 @@
 """`export_model_int8_tflite`: a full-integer, builtins-only, batch-1 `.tflite` file of a
-`quantize_model` copy (any functional or Sequential Keras model of the layers it knows)."""
+`quantize_model` copy (any functional or Sequential Keras model of the layers it knows), and
+`export_model_fp32_tflite`: the float file of a Keras model."""
 
 import os
 import tempfile
@@ -51,23 +52,44 @@ def export_model_int8_tflite(model, output_path, representative_inputs, sequence
         ValueError: an input of unknown size, or no representative inputs.
         TFLiteExportError: the conversion failed, or a Flex/custom op appeared.
     """
-    specs = _batch_one_specs(model, sequence_length)
-    rows = _rows(representative_inputs, [spec.name for spec in specs])
+    return _export(model, output_path, "int8", _rows(representative_inputs, [
+        spec.name for spec in _batch_one_specs(model, sequence_length)]), sequence_length)
+
+
+def export_model_fp32_tflite(model, output_path, sequence_length=None):
+    """Converts a float Keras model to a float32, builtins-only, batch-1 `.tflite` file
+    (the float reference of `export_model_int8_tflite`'s file), in the converter's child
+    process.
+
+    Args:
+        model: a functional or `Sequential` Keras model.
+        output_path: str or path of the `.tflite` file.
+        sequence_length: optional int, the file's length for inputs of any length.
+
+    Returns:
+        Dict `{"path", "size_bytes", "float_layers"}` plus `tflite_op_report`.
+    """
+    return _export(model, output_path, "fp32", None, sequence_length)
+
+
+def _export(model, output_path, variant, rows, sequence_length):
     output_path = os.path.abspath(os.fspath(output_path))
     os.makedirs(os.path.dirname(output_path), exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="keras_attn_model_int8_") as work:
+    with tempfile.TemporaryDirectory(prefix="keras_attn_model_tflite_") as work:
         model_path = os.path.join(work, "model.keras")
         model.save(model_path)
-        data_path = os.path.join(work, "representative.npz")
-        np.savez(data_path, **rows)
+        data_path = None
+        if rows is not None:
+            data_path = os.path.join(work, "representative.npz")
+            np.savez(data_path, **rows)
         result = run_job("keras_attn.export.model_int8_tflite:_convert_job",
-                         [model_path, data_path, work, output_path, sequence_length])
+                         [model_path, data_path, work, output_path, sequence_length, variant])
         if not result.ok:
-            raise TFLiteExportError(f"int8 TFLite conversion failed {result.failure()}")
+            raise TFLiteExportError(f"{variant} TFLite conversion failed {result.failure()}")
     report = tflite_op_report(output_path)
     check_builtins_only(report, output_path)
     return {"path": output_path, "size_bytes": os.path.getsize(output_path),
-            "float_layers": float_layers(model), **report}
+            "float_layers": float_layers(model) if variant == "int8" else [], **report}
 
 
 def _batch_one_specs(model, sequence_length=None):
@@ -98,7 +120,7 @@ def _rows(representative_inputs, names):
     return {name: np.stack(value) for name, value in rows.items()}
 
 
-def _convert_job(model_path, data_path, work, output_path, sequence_length):
+def _convert_job(model_path, data_path, work, output_path, sequence_length, variant="int8"):
     """The conversion, in the converter's child process."""
     model = keras.saving.load_model(model_path)
     freeze_model_ranges(model)
@@ -114,9 +136,13 @@ def _convert_job(model_path, data_path, work, output_path, sequence_length):
     saved = os.path.join(work, "saved_model")
     tf.saved_model.save(tf.Module(), saved, signatures={
         "serving_default": convert_variables_to_constants_v2(serve.get_concrete_function())})
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if variant == "fp32":
+        atomic_files.write_bytes(output_path, converter.convert())
+        return
     with np.load(data_path) as data:
         rows = {name: data[name] for name in names}
-    converter = tf.lite.TFLiteConverter.from_saved_model(saved)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if _float_residual(model):
         # Only the tensors with a FakeQuant become int8; a representative dataset would

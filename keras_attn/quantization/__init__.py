@@ -17,6 +17,7 @@ from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
+from keras_attn.quantization.quantized_model import QuantizedModel
 
 __all__ = [
     "ActivationQuantizer",
@@ -27,6 +28,7 @@ __all__ = [
     "QuantizedEmbedding",
     "QuantizedLayerNormalization",
     "QuantizationRecipe",
+    "QuantizedModel",
     "calibrate_model",
     "dequantize_model",
     "quantize_model",

@@ -29,6 +29,7 @@ from keras_attn.models.model_config import ModelConfig
 from keras_attn.quantization.qat_embeddings import QatEmbeddings
 from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 from keras_attn.quantization.quantization_ops import check_float_ops
+from keras_attn.quantization.quantization_ops import op_weight_count
 from keras_attn.quantization.quantization_ops import quantization_ops
 
 HEADS = ("classification", "token_classification")
@@ -345,6 +346,10 @@ class QatBert(ModelConfig, keras.Model):
     def quantization_ops(self):
         """The names of this model's ops that `float_ops` can list (`quantization_ops`)."""
         return quantization_ops(self.num_layers, self.head)
+
+    def op_weight_count(self, op):
+        """How many weights op `op` stores in int8 (`quantization_ops.op_weight_count`)."""
+        return op_weight_count(self, op)
 
     def with_float_ops(self, float_ops):
         """A copy of this model (same weights and ranges) computing `float_ops` in float,

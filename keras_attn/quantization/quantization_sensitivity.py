@@ -32,9 +32,9 @@ def quantization_sensitivity(model, batches):
     first, then one per int8 op of the recipe, most sensitive (lowest SNR) first.
 
     Args:
-        model: a calibrated `QatBert` (not changed).
-        batches: list of input dicts (the three id inputs; a CRF model's `label_mask`
-            defaults to the padding mask).
+        model: a calibrated `QatBert` or `QuantizedModel` (not changed).
+        batches: list of model inputs (a `QatBert`'s: dicts of the three id inputs; a CRF
+            model's `label_mask` defaults to the padding mask).
 
     Returns:
         list of dicts.
@@ -63,27 +63,35 @@ def quantization_sensitivity(model, batches):
 
 
 def logits_of(model, batches):
-    """The float64 logits (a CRF model's emissions) of a `QatBert` with frozen ranges, per
-    batch (the model's ranges are frozen and left so)."""
-    model.freeze_ranges()
+    """The float64 logits (a CRF model's emissions) per batch of a `QatBert` or
+    `QuantizedModel` with frozen ranges (left frozen), or of a float model."""
+    if hasattr(model, "freeze_ranges"):
+        model.freeze_ranges()
     outputs = []
     for x in batches:
-        inputs = {k: v for k, v in x.items() if k in ("token_ids", "segment_ids",
-                                                        "padding_mask")}
-        if getattr(model, "use_crf", False):
-            inputs["label_mask"] = inputs["padding_mask"]
-        out = model(inputs, training=False)
+        out = model(_model_inputs(model, x), training=False)
         if isinstance(out, dict):
             out = out["logits"]
         outputs.append(keras.ops.convert_to_numpy(out).astype("float64"))
     return outputs
 
 
+def _model_inputs(model, x):
+    """A `QatBert`'s three id inputs (and a CRF model's `label_mask`: the padding mask);
+    any other model's inputs as given."""
+    if not hasattr(model, "use_crf"):
+        return x
+    inputs = {k: v for k, v in x.items() if k in ("token_ids", "segment_ids", "padding_mask")}
+    if model.use_crf:
+        inputs["label_mask"] = inputs["padding_mask"]
+    return inputs
+
+
 def _compare(name, outputs, reference, batches):
     signal = noise = 0.0
     delta, agree, total = 0.0, 0, 0
     for out, ref, x in zip(outputs, reference, batches):
-        if out.ndim == 3:  # (B, L, C): the real tokens only
+        if out.ndim == 3 and isinstance(x, dict) and "padding_mask" in x:  # the real tokens
             mask = np.asarray(x["padding_mask"]).astype(bool)
             out, ref = out[mask], ref[mask]
         signal += float((ref ** 2).sum())

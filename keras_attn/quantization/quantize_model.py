@@ -361,21 +361,24 @@ def activation_quantizers(model):
             if isinstance(layer, ActivationQuantizer)]
 
 
-def calibrate_model(model, batches):
+def calibrate_model(model, batches, only_uncalibrated=False):
     """Sets the activation ranges of a `quantize_model` copy from forward passes in
     inference mode: each range becomes the running min/max over `batches` (an iterable of
     model inputs). Encoder blocks with `feedforward_float_channels` whose ranges are not
     set yet first get their widest feed-forward channels (the width `max - min` of the
-    up-projection output over `batches`) stored last, the ones they keep in float."""
+    up-projection output over `batches`) stored last, the ones they keep in float.
+    `only_uncalibrated=True` sets only the ranges not set yet (the others are left as
+    they are)."""
     batches = list(batches)
     if not batches:
         raise ValueError("`calibrate_model` needs at least one batch. Received: batches=[]")
     _sort_feedforward_channels(model, batches)
-    _calibrating_passes(model, batches)
+    _calibrating_passes(model, batches, only_uncalibrated)
 
 
-def _calibrating_passes(model, batches):
-    quantizers = activation_quantizers(model)
+def _calibrating_passes(model, batches, only_uncalibrated=False):
+    quantizers = [quantizer for quantizer in activation_quantizers(model)
+                  if not only_uncalibrated or float(quantizer.initialized.numpy()) < 0.5]
     for quantizer in quantizers:
         quantizer.calibrating = True
     try:
