@@ -17,12 +17,14 @@ from keras_attn.layers import TransformerDecoderBlock
 from keras_attn.layers import TransformerEncoderBlock
 from keras_attn.models import BertBackbone
 from keras_attn.models import BertClassifier
+from keras_attn.models import BertTokenClassifier
 from keras_attn.models import GPTBackbone
 from keras_attn.models import GPTCausalLM
 from keras_attn.quantization import QuantizationRecipe
 from keras_attn.quantization import dequantize_model
 from keras_attn.quantization.quantize_model import activation_quantizers
 from keras_attn.quantization.quantize_model import calibrate_model
+from keras_attn.quantization.quantize_model import emissions_model
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import model_quantization_ops
 from keras_attn.quantization.quantize_model import quantize_model
@@ -554,3 +556,25 @@ def test_the_float_model_comes_back_exactly(fixture, request):
         head = dequantize_model(qat).get_layer("head")
         np.testing.assert_array_equal(head.kernel.numpy(), qat.get_layer("head").kernel.numpy())
         assert not np.array_equal(head.kernel.numpy(), model.get_layer("head").kernel.numpy())
+
+
+def test_a_crf_is_decoded_outside_and_its_file_holds_the_emissions(recwarn):
+    """A CRF tagger's CRF stays float without a warning (it decodes outside the file), and
+    `emissions_model` is the network up to its emissions, without `label_mask`."""
+    backbone = BertBackbone(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8,
+                            intermediate_dim=16, max_sequence_length=8)
+    tagger = BertTokenClassifier(backbone, num_labels=3, use_crf=True)
+    qat = quantize_model(tagger, float_residual=True)
+    assert float_layers(qat) == [] and not [w for w in recwarn if "float" in str(w.message)]
+    x = {"token_ids": np.array([[2, 5, 9, 0]]), "segment_ids": np.zeros((1, 4), "int32"),
+         "padding_mask": np.array([[1, 1, 1, 0]])}
+    calibrate_model(qat, [{**x, "label_mask": np.array([[0, 1, 1, 0]])}])
+    emissions = emissions_model(qat)
+    assert sorted(emissions.input) == ["padding_mask", "segment_ids", "token_ids"]
+    out = qat({**x, "label_mask": np.array([[0, 1, 1, 0]])}, training=False)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(emissions(x, training=False)),
+                                  keras.ops.convert_to_numpy(out["logits"]))
+    np.testing.assert_array_equal(qat.get_layer("crf").transitions.numpy(),
+                                  tagger.get_layer("crf").transitions.numpy())
+    without_crf = quantize_model(readme_model())
+    assert emissions_model(without_crf) is without_crf

@@ -27,15 +27,19 @@ from keras_attn import atomic_files
 from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_report import report_markdown
 from keras_attn.export.file_budget import file_budget
+from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.golden_vectors import model_card
 from keras_attn.export.model_int8_tflite import export_model_fp32_tflite
 from keras_attn.export.model_int8_tflite import export_model_int8_tflite
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_metadata import embed_metadata
+from keras_attn.layers.crf import CRF
+from keras_attn.layers.crf import viterbi_decode
 from keras_attn.machine import cpu_description
 from keras_attn.quantization.quantization_budget import quantization_budget
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
+from keras_attn.quantization.quantize_model import emissions_model
 from keras_attn.quantization.quantized_model import QuantizedModel
 from keras_attn.version import __version__
 
@@ -55,7 +59,8 @@ def export_model(model, output_dir, calibration_data, validation_data, tokenizer
     Args:
         model: a functional or `Sequential` Keras model of keras-attn's layers and Keras'
             own (what `quantize_model` takes), returning logits (`(B, C)`, or `(B, T, C)`
-            for a tagger).
+            for a tagger), or a CRF tagger's `{"logits", "tags"}` (its files hold the
+            emissions; the tags are decoded outside them, over the inputs' `label_mask`).
         output_dir: the directory written (created if needed).
         calibration_data: a list of model inputs (batches), real examples: the int8
             ranges are set on them.
@@ -88,6 +93,7 @@ def export_model(model, output_dir, calibration_data, validation_data, tokenizer
     x, y = _check_validation_data(validation_data)
     batches = list(calibration_data)
     examples = _examples(x)
+    task = Predictions(model)
     quantized = QuantizedModel.calibrated(model, batches, **recipe.layout())
     log(f"int8 recipe calibrated on {len(batches)} batches: {recipe.describe()}")
     rows = []
@@ -100,15 +106,15 @@ def export_model(model, output_dir, calibration_data, validation_data, tokenizer
     points = recipe.budget_points(len(examples))
     chosen, budget = quantized, None
     if points is not None:
-        chosen, budget = _within_budget(quantized, sensitivity, _scorer(examples, y),
-                                        (examples, y, points), batches, sequence_length,
-                                        output, log)
+        chosen, budget = _within_budget(quantized, sensitivity, _scorer(examples, y, task),
+                                        (examples, y, points, task), batches,
+                                        sequence_length, output, log)
     else:
         export_model_int8_tflite(chosen.model, output / "model_int8.tflite", batches,
                                  sequence_length)
     export_model_fp32_tflite(model, output / "model_fp32.tflite", sequence_length)
     chosen.model.save(output / "model_qat.keras")
-    report = _report(model, chosen, output, examples, y, rows, budget, recipe,
+    report = _report(model, chosen, output, (examples, y, task), rows, budget, recipe,
                      sequence_length)
     if tokenizer is not None and labels is not None:
         report["self_describing_tflite"] = _self_describing(model, output, tokenizer, labels,
@@ -139,22 +145,52 @@ def _examples(x):
             for i in range(count)]
 
 
-def accuracy(outputs, y):
-    """Top-1 accuracy of logits `(N, C)`, or over the labelled tokens of `(N, T, C)` (labels
-    -100 skipped)."""
-    predicted = np.argmax(outputs, -1)
+def accuracy(predicted, y):
+    """The share of labels predicted: per example, or per labelled token (labels -100
+    skipped)."""
     kept = y != IGNORED_LABEL
-    return float(np.mean(predicted[kept] == y[kept]))
+    return float(np.mean(np.asarray(predicted)[kept] == y[kept]))
 
 
-def _scorer(examples, y):
+class Predictions:
+    """What a model's outputs predict, the same way for the Keras model and its files: the
+    top-1 class of the logits (per example or per token), or for a model with a CRF the
+    Viterbi tags of its emissions over the inputs' `label_mask` (`viterbi_decode`, the
+    decoding outside the file)."""
+
+    def __init__(self, model):
+        crf = [layer for layer in model._flatten_layers(include_self=False)
+               if isinstance(layer, CRF)]
+        self.crf = crf[0] if crf else None
+
+    @staticmethod
+    def logits(outputs):
+        """The logits (a CRF model's emissions) of a model's outputs, float32."""
+        outputs = outputs["logits"] if isinstance(outputs, dict) else outputs
+        return keras.ops.convert_to_numpy(outputs).astype("float32")
+
+    def __call__(self, logits, inputs):
+        if self.crf is None:
+            return np.argmax(logits, -1)
+        crf = self.crf
+        return keras.ops.convert_to_numpy(viterbi_decode(
+            logits, crf.transitions, crf.start_transitions, crf.end_transitions,
+            mask=np.asarray(inputs["label_mask"]).astype(bool)))
+
+
+def _batch(examples):
+    return keras.tree.map_structure(lambda *a: np.concatenate(a), *examples)
+
+
+def _scorer(examples, y, predictions):
     """`model -> accuracy` of a Keras model (float or quantized) on the examples, batched."""
-    batch = keras.tree.map_structure(lambda *a: np.concatenate(a), *examples)
+    batch = _batch(examples)
 
     def score(model):
         if hasattr(model, "freeze_ranges"):
             model.freeze_ranges()
-        return accuracy(keras.ops.convert_to_numpy(model(batch, training=False)), y)
+        logits = predictions.logits(model(batch, training=False))
+        return accuracy(predictions(logits, batch), y)
 
     return score
 
@@ -165,6 +201,7 @@ class ModelFile:
     LiteRT's builtin kernels instead of XNNPACK."""
 
     def __init__(self, path, model, num_threads=1, builtin_kernels=False):
+        model = emissions_model(model)
         resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels
                     else OpResolverType.AUTO)
         self.runner = Interpreter(model_path=str(path), num_threads=num_threads,
@@ -190,7 +227,8 @@ def _within_budget(quantized, rows, score, data, batches, sequence_length, outpu
     `model_int8.tflite` itself on LiteRT (XNNPACK), ops moved to float for it while it
     misses; written to `output` for the chosen model. `rows`: a callable returning the
     sensitivity rows (the order ops move in). Returns `(chosen, budget record)`."""
-    examples, y, points = data
+    examples, y, points, predictions = data
+    batch = _batch(examples)
     log(f"int8 budget: at most {points:g} points below float on {len(examples)} validation "
         "examples")
     chosen, budget = quantization_budget(quantized, rows, score, points,
@@ -207,8 +245,8 @@ def _within_budget(quantized, rows, score, data, batches, sequence_length, outpu
         return files[candidate.float_ops]
 
     def score_file(candidate, builtin_kernels=False):
-        return accuracy(_file_outputs(file_of(candidate), candidate.model, examples,
-                                      builtin_kernels), y)
+        logits = _file_outputs(file_of(candidate), candidate.model, examples, builtin_kernels)
+        return accuracy(predictions(logits, batch), y)
 
     try:
         chosen, record = file_budget(chosen, budget, score_file, score,
@@ -224,19 +262,23 @@ def _within_budget(quantized, rows, score, data, batches, sequence_length, outpu
     return chosen, {**budget, "file": record}
 
 
-def _report(model, chosen, output, examples, y, rows, budget, recipe, sequence_length):
+def _report(model, chosen, output, data, rows, budget, recipe, sequence_length):
     """The report dict (`report_markdown`'s keys): one row per artifact (the Keras float
     model first), latencies timed in turns, the sensitivity and the budget."""
-    float_outputs = np.concatenate([keras.ops.convert_to_numpy(model(e, training=False))
-                                    for e in examples])
-    artifacts = [_row("model.keras (float)", float_outputs, float_outputs, y,
-                      _saved_size(model, output))]
+    examples, y, predictions = data
+    batch = _batch(examples)
+    reference = np.concatenate([predictions.logits(model(example, training=False))
+                                for example in examples])
+    expected = predictions(reference, batch)
+    artifacts = [_row("model.keras (float)", (reference, expected), (reference, expected), y,
+                      _saved_size(model))]
     files = {}
     for name, source in (("model_fp32.tflite", model), ("model_int8.tflite", chosen.model)):
         path = output / name
-        outputs = _file_outputs(path, source, examples)
+        logits = _file_outputs(path, source, examples)
         files[name] = (path, source)
-        artifacts.append({**_row(name, outputs, float_outputs, y, path.stat().st_size),
+        artifacts.append({**_row(name, (logits, predictions(logits, batch)),
+                                 (reference, expected), y, path.stat().st_size),
                           **_ops(path)})
     latency = interleaved_latency(
         {name: (lambda threads, path=path, source=source: _timed_call(path, source, examples,
@@ -256,11 +298,13 @@ def _report(model, chosen, output, examples, y, rows, budget, recipe, sequence_l
 
 
 def _row(name, outputs, reference, y, size):
-    agree = np.argmax(outputs, -1) == np.argmax(reference, -1)
-    kept = y != IGNORED_LABEL if outputs.ndim == 3 else np.ones(len(y), bool)
-    return {"artifact": name, "metric": accuracy(outputs, y),
-            "agreement": float(np.mean(agree[kept])),
-            "max_abs_logit_diff": float(np.abs(outputs - reference).max()),
+    """An artifact's row: its accuracy, the agreement of its predictions with the float
+    model's (over the labelled positions) and the largest logit difference."""
+    (logits, predicted), (reference_logits, expected) = outputs, reference
+    kept = y != IGNORED_LABEL
+    return {"artifact": name, "metric": accuracy(predicted, y),
+            "agreement": float(np.mean(predicted[kept] == expected[kept])),
+            "max_abs_logit_diff": float(np.abs(logits - reference_logits).max()),
             "size_bytes": int(size)}
 
 
@@ -269,7 +313,7 @@ def _ops(path):
     return {"ops": report["ops"], "non_int8_ops": report["non_int8_ops"]}
 
 
-def _saved_size(model, output):
+def _saved_size(model):
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, "model.keras")
         model.save(path)
@@ -284,19 +328,25 @@ def _timed_call(path, model, examples, threads):
 
 
 def _task(model):
-    return "ner" if len(model.outputs[0].shape) == 3 else "classification"
+    """A token tagger (`(B, T, C)` logits) or a classifier."""
+    return "ner" if len(emissions_model(model).outputs[0].shape) == 3 else "classification"
 
 
 def _self_describing(model, output, tokenizer, labels, report):
-    """Vocabulary, labels and model card in both `.tflite` files (TFLite metadata), for a
-    model whose inputs are token-id inputs; otherwise the reason why not."""
-    names = [tensor.name for tensor in model.inputs]
+    """Vocabulary, labels and model card (a CRF's transitions included) in both `.tflite`
+    files (TFLite metadata), for a model whose inputs are token-id inputs; otherwise the
+    reason why not."""
+    names = [tensor.name for tensor in emissions_model(model).inputs]
     if not names or any(name not in TOKEN_INPUTS for name in names):
         return {"metadata": [], "mediapipe": {}, "error": (
             f"No metadata: the model's inputs {names} are not token-id inputs named "
             f"{list(TOKEN_INPUTS)}, so the files carry no vocabulary")}
+    crf = Predictions(model).crf
+    crf = None if crf is None else crf_card_section(*[
+        keras.ops.convert_to_numpy(w) for w in (crf.transitions, crf.start_transitions,
+                                                crf.end_transitions)])
     card = model_card(report["task"], labels, report["sequence_length"], tokenizer,
-                      tokenizer.lowercase, metric="accuracy",
+                      tokenizer.lowercase, metric="accuracy", crf=crf,
                       metrics={row["artifact"]: row["metric"] for row in report["artifacts"]},
                       source_run=report["source_run"], version=__version__,
                       quantization={"recipe": report["quantization"]})

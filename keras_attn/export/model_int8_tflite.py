@@ -16,6 +16,7 @@ from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_float_ops import run_in_float
+from keras_attn.quantization.quantize_model import emissions_model
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 
@@ -23,8 +24,10 @@ from keras_attn.quantization.quantize_model import freeze_model_ranges
 def export_model_int8_tflite(model, output_path, representative_inputs, sequence_length=None):
     """Converts a calibrated (or trained) `quantize_model` copy to a full-int8 `.tflite`.
 
-    Its inputs get a static batch-1 signature (the other dimensions must be known: give
-    `keras.Input` a fixed length, or `sequence_length` for inputs of any length); float
+    A model with a CRF becomes the file of its emissions (`emissions_model`; the tags are
+    decoded outside, with the CRF's transitions). Its inputs get a static batch-1
+    signature (the other dimensions must be known: give `keras.Input` a fixed length, or
+    `sequence_length` for inputs of any length); float
     inputs and outputs stay float32 (QUANTIZE and DEQUANTIZE at the edges), integer inputs
     (token ids) stay integers. The fake-quantized
     tensors become int8 at the scales QAT learned; the converter calibrates the few others
@@ -52,8 +55,9 @@ def export_model_int8_tflite(model, output_path, representative_inputs, sequence
         ValueError: an input of unknown size, or no representative inputs.
         TFLiteExportError: the conversion failed, or a Flex/custom op appeared.
     """
-    return _export(model, output_path, "int8", _rows(representative_inputs, [
-        spec.name for spec in _batch_one_specs(model, sequence_length)]), sequence_length)
+    names = [spec.name for spec in _batch_one_specs(emissions_model(model), sequence_length)]
+    return _export(model, output_path, "int8", _rows(representative_inputs, names),
+                   sequence_length)
 
 
 def export_model_fp32_tflite(model, output_path, sequence_length=None):
@@ -73,6 +77,7 @@ def export_model_fp32_tflite(model, output_path, sequence_length=None):
 
 
 def _export(model, output_path, variant, rows, sequence_length):
+    model = emissions_model(model)  # a CRF decodes outside the file
     output_path = os.path.abspath(os.fspath(output_path))
     os.makedirs(os.path.dirname(output_path), exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="keras_attn_model_tflite_") as work:

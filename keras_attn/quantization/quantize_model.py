@@ -34,6 +34,7 @@ import keras
 import numpy as np
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.crf import CRF
 from keras_attn.layers.feedforward_float_channels import ChannelRanges
 from keras_attn.layers.int8_layout_settings import MATMULS
 from keras_attn.layers.int8_layout_settings import check_feedforward_float_channels
@@ -53,6 +54,9 @@ SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Res
                  keras.layers.Flatten, keras.layers.Permute, keras.layers.Cropping1D,
                  keras.layers.MaxPooling1D, keras.layers.GlobalMaxPooling1D,
                  keras.layers.SpatialDropout1D)
+# Layers decoded outside the int8 file, in float (a CRF's Viterbi over the emissions): known,
+# no quantizer; the file holds the network up to them (`emissions_model`).
+DECODED_OUTSIDE = (CRF,)
 # keras-attn's blocks with an int8 layout (`EncoderInt8Layout`).
 BLOCKS = (TransformerEncoderBlock, TransformerDecoderBlock)
 # Keras operations (`x[:, 0]`, `ops.reshape` in a functional model) that keep the scale.
@@ -139,8 +143,9 @@ def model_quantization_ops(model):
 def float_layers(model):
     """The names of the layers of a `quantize_model` copy (or of a model about to be
     quantized) that `quantize_model` does not know and so leaves in float, unquantized."""
-    known = SCALE_KEEPING + ROUNDED + (keras.layers.Dense, QuantizedDense, ActivationQuantizer,
-                                       TokenAndPositionEmbedding, TiedEmbeddingLogits)
+    known = SCALE_KEEPING + ROUNDED + DECODED_OUTSIDE + (
+        keras.layers.Dense, QuantizedDense, ActivationQuantizer, TokenAndPositionEmbedding,
+        TiedEmbeddingLogits)
     names = []
     for layer in model.layers:
         if _nested(layer):
@@ -149,6 +154,31 @@ def float_layers(model):
                   or _quantized(layer, BLOCKS)):
             names.append(layer.name)
     return names
+
+
+def emissions_model(model):
+    """The network an int8 (or float) file of `model` holds: `model` itself, or for a model
+    with a CRF (a dict output whose `logits` are the CRF's emissions, as
+    `BertTokenClassifier(use_crf=True)` returns) a model from the inputs the emissions read
+    (not `label_mask`, which only the decoding reads) to the `logits`, same layers and
+    weights; the tags are decoded outside the file (Viterbi with the CRF's transitions)."""
+    if not any(isinstance(layer, DECODED_OUTSIDE)
+               for layer in model._flatten_layers(include_self=False)):
+        return model
+    if not isinstance(model.output, dict) or "logits" not in model.output:
+        raise ValueError("A model with a CRF must return a dict with the CRF's emissions as "
+                         f"`logits` (as BertTokenClassifier(use_crf=True) does). Received "
+                         f"outputs: {model.output}")
+    inputs = dict(model.input) if isinstance(model.input, dict) else {
+        tensor.name: tensor for tensor in model.inputs}
+    for name in list(inputs):  # drop each input the emissions do not read
+        try:
+            keras.Model({k: v for k, v in inputs.items() if k != name},
+                        model.output["logits"])
+        except ValueError:
+            continue
+        del inputs[name]
+    return keras.Model(inputs, model.output["logits"], name=f"{model.name}_emissions")
 
 
 def _nested(layer):
