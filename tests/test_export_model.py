@@ -19,6 +19,7 @@ from keras_attn.layers import TransformerEncoderBlock
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.models import BertBackbone
 from keras_attn.models import BertTokenClassifier
+from keras_attn.quantization import QuantizationRecipe
 from keras_attn.text import WordPieceTokenizer
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.label_vocabulary import LabelVocabulary
@@ -127,16 +128,30 @@ def test_the_files_describe_themselves_and_the_report_is_written(exported):
     assert json.loads((output / "export_report.json").read_text()) == report
     markdown = (output / "export_report.md").read_text()
     assert "## int8 accuracy budget" in markdown and "`model_int8.tflite`" in markdown
+    assert report["float_layers"] == [] and "left in float" not in markdown
 
 
-def test_bad_validation_data_is_named():
+def test_bad_arguments_are_named_before_anything_is_written(tmp_path):
     model = readme_model(50)
     x = {"token_ids": np.ones((2, LENGTH), "int32"), "segment_ids": np.zeros((2, LENGTH),
                                                                           "int32")}
+    y = np.array([0, 1])
+    output = tmp_path / "export"
     with pytest.raises(ValueError, match="validation_data` must be `\\(x, y\\)"):
-        export_model(model, "unused", [x], x)
+        export_model(model, output, [x], x)
     with pytest.raises(ValueError, match="labels must be integers"):
-        export_model(model, "unused", [x], (x, np.array([0.5, 1.0])))
+        export_model(model, output, [x], (x, np.array([0.5, 1.0])))
+    with pytest.raises(ValueError, match="2 inputs but 3 labels"):
+        export_model(model, output, [x], (x, np.array([0, 1, 1])))
+    with pytest.raises(ValueError, match="names 3 labels but the model has 2 outputs"):
+        export_model(model, output, [x], (x, y), tokenizer=object(), labels=["a", "b", "c"])
+    with pytest.raises(ValueError, match="holds no batch"):
+        export_model(model, output, [], (x, y))
+    with pytest.raises(ValueError, match="both `tokenizer` and `labels`"):
+        export_model(model, output, [x], (x, y), labels=LABELS)
+    with pytest.raises(ValueError, match="runs no QAT epochs"):
+        export_model(model, output, [x], (x, y), recipe=QuantizationRecipe(qat_epochs=1))
+    assert not output.exists()
 
 
 def entities(split, tokenizer, labels):
@@ -183,8 +198,10 @@ def test_a_tagger_with_or_without_a_crf_exports_its_emissions(use_crf, tmp_path)
     model.fit(train, y_train, epochs=20, batch_size=16, verbose=0)
     batches = [{name: value[i:i + 32] for name, value in train.items()}
                for i in range(0, len(y_train), 32)]
+    # The backbone takes any length: the files get the validation inputs' (LENGTH).
     report = export_model(model, tmp_path, batches, (dev, y_dev), tokenizer=tokenizer,
-                          labels=tags, sequence_length=LENGTH)
+                          labels=tags)
+    assert report["sequence_length"] == LENGTH
 
     runner = Interpreter(model_path=str(tmp_path / "model_int8.tflite")).get_signature_runner()
     assert sorted(runner.get_input_details()) == ["padding_mask", "segment_ids", "token_ids"]

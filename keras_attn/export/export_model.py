@@ -29,6 +29,7 @@ from keras_attn.export.export_report import report_markdown
 from keras_attn.export.file_budget import file_budget
 from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.golden_vectors import model_card
+from keras_attn.export.model_int8_tflite import batch_one_specs
 from keras_attn.export.model_int8_tflite import export_model_fp32_tflite
 from keras_attn.export.model_int8_tflite import export_model_int8_tflite
 from keras_attn.export.tflite_export import tflite_op_report
@@ -40,11 +41,13 @@ from keras_attn.quantization.quantization_budget import quantization_budget
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
 from keras_attn.quantization.quantize_model import emissions_model
+from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantized_model import QuantizedModel
 from keras_attn.version import __version__
 
 IGNORED_LABEL = -100  # a token label the metric skips (special tokens, later word pieces)
 LATENCY_RUNS = 50  # timed batch-1 runs of each file (after warm-up), in turns
+REPORT_BATCH = 64  # examples per call of a Keras model when scoring
 SENSITIVITY_BATCHES = 2  # calibration batches the sensitivity of each op is measured on
 TOKEN_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
@@ -72,7 +75,8 @@ def export_model(model, output_dir, calibration_data, validation_data, tokenizer
             `segment_ids`, `padding_mask`) carry the vocabulary, the labels and a model
             card (TFLite metadata), like `keras-attn export`'s.
         labels: optional list of str, the label of each output class.
-        sequence_length: the files' fixed length, for inputs built with a dynamic one.
+        sequence_length: the files' fixed length, for inputs built with a dynamic one;
+            defaults to the length of the validation inputs.
         recipe: a `QuantizationRecipe` (its layout and `max_accuracy_drop`); defaults to
             the measured best, with the default budget.
         log: callable receiving progress lines.
@@ -88,10 +92,13 @@ def export_model(model, output_dir, calibration_data, validation_data, tokenizer
     """
     recipe = recipe or QuantizationRecipe()
     log = log or (lambda message: None)
-    output = pathlib.Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
     x, y = _check_validation_data(validation_data)
     batches = list(calibration_data)
+    _check_settings(recipe, batches, tokenizer, labels)
+    _check_labels(model, labels)
+    sequence_length = file_length(model, x, sequence_length)
+    output = pathlib.Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
     examples = _examples(x)
     task = Predictions(model)
     quantized = QuantizedModel.calibrated(model, batches, **recipe.layout())
@@ -132,10 +139,46 @@ def _check_validation_data(validation_data):
                          f"{type(validation_data).__name__}")
     x, y = validation_data
     y = np.asarray(y)
+    count = len(keras.tree.flatten(x)[0])
+    if len(y) != count:
+        raise ValueError(f"`validation_data` has {count} inputs but {len(y)} labels: give one "
+                         "label (or one row of token labels) per example.")
     if not np.issubdtype(y.dtype, np.integer):
         raise ValueError(f"`validation_data` labels must be integers (class ids, -100 where a "
                          f"token has none). Received: dtype {y.dtype}")
     return x, y
+
+
+def _check_settings(recipe, batches, tokenizer, labels):
+    if recipe.qat_epochs:
+        raise ValueError("export_model calibrates; it runs no QAT epochs. Fit the model it "
+                         "writes (`model_qat.keras`) with `fit` and export that, or pass a "
+                         f"recipe with qat_epochs=0. Received: qat_epochs={recipe.qat_epochs}")
+    if not batches:
+        raise ValueError("`calibration_data` holds no batch: give a few batches of real "
+                         "training inputs (the int8 ranges are set on them).")
+    if (tokenizer is None) != (labels is None):
+        raise ValueError("Self-describing files need both `tokenizer` and `labels` (the "
+                         "vocabulary and the label names go into the files together). "
+                         f"Received: tokenizer={type(tokenizer).__name__}, labels={labels!r}")
+
+
+def _check_labels(model, labels):
+    classes = emissions_model(model).outputs[0].shape[-1]
+    if labels is not None and len(labels) != classes:
+        raise ValueError(f"`labels` names {len(labels)} labels but the model has {classes} "
+                         f"outputs per example (or token). Received: labels={list(labels)!r}")
+
+
+def file_length(model, x, sequence_length=None):
+    """The files' fixed length: `sequence_length`, or for a model with inputs of any length
+    the length of the validation inputs `x` (`None` when every input has a fixed size);
+    checked now, before any work, as the conversion will need it."""
+    inputs = emissions_model(model).inputs
+    if sequence_length is None and any(None in tuple(t.shape[1:2]) for t in inputs):
+        sequence_length = int(np.shape(keras.tree.flatten(x)[0])[1])
+    batch_one_specs(emissions_model(model), sequence_length)  # raises on an unknown size
+    return sequence_length
 
 
 def _examples(x):
@@ -182,15 +225,23 @@ def _batch(examples):
     return keras.tree.map_structure(lambda *a: np.concatenate(a), *examples)
 
 
+def _keras_logits(model, examples, predictions):
+    """The logits (a CRF model's emissions) of a Keras model on the examples,
+    `REPORT_BATCH` at a time."""
+    return np.concatenate([
+        predictions.logits(model(_batch(examples[start:start + REPORT_BATCH]),
+                                 training=False))
+        for start in range(0, len(examples), REPORT_BATCH)])
+
+
 def _scorer(examples, y, predictions):
-    """`model -> accuracy` of a Keras model (float or quantized) on the examples, batched."""
+    """`model -> accuracy` of a Keras model (float or quantized) on the examples."""
     batch = _batch(examples)
 
     def score(model):
         if hasattr(model, "freeze_ranges"):
             model.freeze_ranges()
-        logits = predictions.logits(model(batch, training=False))
-        return accuracy(predictions(logits, batch), y)
+        return accuracy(predictions(_keras_logits(model, examples, predictions), batch), y)
 
     return score
 
@@ -267,8 +318,7 @@ def _report(model, chosen, output, data, rows, budget, recipe, sequence_length):
     model first), latencies timed in turns, the sensitivity and the budget."""
     examples, y, predictions = data
     batch = _batch(examples)
-    reference = np.concatenate([predictions.logits(model(example, training=False))
-                                for example in examples])
+    reference = _keras_logits(model, examples, predictions)
     expected = predictions(reference, batch)
     artifacts = [_row("model.keras (float)", (reference, expected), (reference, expected), y,
                       _saved_size(model))]
@@ -293,6 +343,7 @@ def _report(model, chosen, output, data, rows, budget, recipe, sequence_length):
             "machine": {"cpu": cpu_description(), "cpu_count": os.cpu_count(),
                         "tensorflow": tf.__version__, "keras": keras.__version__},
             "quantization": recipe.to_dict(), "float_ops": list(chosen.float_ops),
+            "float_layers": float_layers(chosen.model),
             "artifacts": artifacts, "quantization_sensitivity": rows,
             "quantization_budget": budget}
 

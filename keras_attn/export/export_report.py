@@ -71,6 +71,10 @@ def report_markdown(report):
             lines += [f"- `{op}` × {count}" for op, count in int8["non_int8_ops"].items()]
         else:
             lines.append("None: every op runs in integer arithmetic.")
+        if report.get("float_layers"):
+            lines += ["", "Layers the QAT model left in float (not known to `quantize_model`; "
+                      "the converter calibrated their outputs): "
+                      + ", ".join(f"`{name}`" for name in report["float_layers"]) + "."]
     lines += twin_agreement_markdown(report.get("twin_agreement"))
     lines += sensitivity_markdown(report.get("quantization_sensitivity"))
     lines += budget_markdown(report.get("quantization_budget"))

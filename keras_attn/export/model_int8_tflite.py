@@ -55,7 +55,7 @@ def export_model_int8_tflite(model, output_path, representative_inputs, sequence
         ValueError: an input of unknown size, or no representative inputs.
         TFLiteExportError: the conversion failed, or a Flex/custom op appeared.
     """
-    names = [spec.name for spec in _batch_one_specs(emissions_model(model), sequence_length)]
+    names = [spec.name for spec in batch_one_specs(emissions_model(model), sequence_length)]
     return _export(model, output_path, "int8", _rows(representative_inputs, names),
                    sequence_length)
 
@@ -97,7 +97,9 @@ def _export(model, output_path, variant, rows, sequence_length):
             "float_layers": float_layers(model) if variant == "int8" else [], **report}
 
 
-def _batch_one_specs(model, sequence_length=None):
+def batch_one_specs(model, sequence_length=None):
+    """The `(1, ...)` `tf.TensorSpec` of each model input, named after it, a dynamic length
+    set to `sequence_length`; an error naming an input of unknown size."""
     specs = []
     for tensor in model.inputs:
         shape = tuple(tensor.shape[1:])
@@ -129,7 +131,7 @@ def _convert_job(model_path, data_path, work, output_path, sequence_length, vari
     """The conversion, in the converter's child process."""
     model = keras.saving.load_model(model_path)
     freeze_model_ranges(model)
-    specs = _batch_one_specs(model, sequence_length)
+    specs = batch_one_specs(model, sequence_length)
     names = [spec.name for spec in specs]
 
     @tf.function(input_signature=specs)
