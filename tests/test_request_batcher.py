@@ -136,5 +136,7 @@ def test_an_idle_batcher_runs_a_request_at_once_and_a_busy_one_waits_for_a_batch
             await b.close()
 
     alone, waited = asyncio.run(main())
-    assert alone["double"].tolist() == [2] and waited < 1.0
+    # Below the 5 s timeout with room for a loaded 2-core CI machine (2.1 s seen in the JAX
+    # stage, the first call's start-up): a batcher that waited for the timeout fails.
+    assert alone["double"].tolist() == [2] and waited < 4.0
     assert [x for _, x in model.batches] == [[1], [2], [3, 4]]
