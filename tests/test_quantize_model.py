@@ -22,9 +22,9 @@ from keras_attn.models import GPTBackbone
 from keras_attn.models import GPTCausalLM
 from keras_attn.quantization import QuantizationRecipe
 from keras_attn.quantization import dequantize_model
+from keras_attn.quantization.emissions_model import emissions_model
 from keras_attn.quantization.quantize_model import activation_quantizers
 from keras_attn.quantization.quantize_model import calibrate_model
-from keras_attn.quantization.quantize_model import emissions_model
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import model_quantization_ops
 from keras_attn.quantization.quantize_model import quantize_model

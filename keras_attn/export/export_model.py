@@ -37,10 +37,10 @@ from keras_attn.export.tflite_metadata import embed_metadata
 from keras_attn.layers.crf import CRF
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.machine import cpu_description
+from keras_attn.quantization.emissions_model import emissions_model
 from keras_attn.quantization.quantization_budget import quantization_budget
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
-from keras_attn.quantization.quantize_model import emissions_model
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantized_model import QuantizedModel
 from keras_attn.version import __version__

@@ -16,7 +16,7 @@ from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_float_ops import run_in_float
-from keras_attn.quantization.quantize_model import emissions_model
+from keras_attn.quantization.emissions_model import emissions_model
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 
