@@ -548,7 +548,7 @@ def export_contender(name, config, out_dir, calibration_examples=16):
     and its ONNX model into `out_dir`.
 
     keras_attn goes through its exporter: `export_tflite` (fp32, dynamic_int8, int8_ptq
-    from the float model; `int8` from `QatBert.from_float(model)` calibrated on the
+    from the float model; `int8` from `QuantizedModel.calibrated(model, batches)` on the
     representative batches, the exporter's QAT path without training) and
     `export_onnx`. keras_hub goes through the same SavedModel recipe (a frozen
     `tf.function` with a `(1, T)` int32 signature, `TFLiteConverter.from_saved_model`,
@@ -569,13 +569,12 @@ def export_contender(name, config, out_dir, calibration_examples=16):
     T = config.sequence_length
     artifacts = {}
     if name == "keras_attn":
-        from keras_attn.quantization.qat_bert import QatBert
+        from keras_attn.quantization.quantized_model import QuantizedModel
 
         float_results = export_tflite(model, out_dir, ("fp32", "dynamic_int8", "int8_ptq"),
                                       sequence_length=T, representative_data=batches,
                                       file_prefix=f"{name}_")
-        qat = QatBert.from_float(model)
-        qat.calibrate(batches)
+        qat = QuantizedModel.calibrated(model, batches)
         int8_results = export_tflite(qat, out_dir, ("int8",), sequence_length=T,
                                      representative_data=batches, file_prefix=f"{name}_")
         for variant, info in {**float_results, **int8_results}.items():

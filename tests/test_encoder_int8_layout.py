@@ -69,24 +69,6 @@ def test_the_causal_mask_and_the_pre_ln_order_compute_the_float_block(norm_first
     assert not np.allclose(before[:, 3:], after[:, 3:])
 
 
-@pytest.mark.tensorflow
-@pytest.mark.parametrize("float_residual", [False, True])
-def test_the_layout_computes_what_the_qat_bert_block_computes(float_residual):
-    """On the same weights and after the same range updates, the block with `quantization`
-    equals `QatEncoderBlock` (whose int8 files are checked against LiteRT)."""
-    from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
-    block = with_layout(float_block(True), float_residual=float_residual)
-    twin = QatEncoderBlock(2, F, float_residual=float_residual)
-    twin.build((None, None, H))
-    for name, value in block._int8_weights().items():
-        getattr(twin, name).assign(value)
-    for seed in range(3):
-        block(inputs(seed), padding_mask=MASK, training=True)
-        twin(inputs(seed), padding_mask=MASK, training=True)
-    np.testing.assert_array_equal(ops.convert_to_numpy(block(inputs(), padding_mask=MASK)),
-                                  ops.convert_to_numpy(twin(inputs(), padding_mask=MASK)))
-
-
 def test_the_output_is_on_its_int8_grid_and_the_input_rounded_when_asked():
     block = with_layout(float_block(True), quantize_input=True)
     block(inputs(), padding_mask=MASK, training=True)

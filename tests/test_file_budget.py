@@ -1,12 +1,12 @@
 """`file_budget`: the int8 budget held on the file that ships, with fake scorers whose
 metrics are written by hand (a real export's file: `tests/test_run_exporter.py`)."""
 
+import numpy as np
 import pytest
 
 from keras_attn.export.export_report import budget_markdown
 from keras_attn.export.file_budget import file_budget
-from keras_attn.quantization.qat_bert import QatBert
-from keras_attn.quantization.quantization_ops import op_weight_count
+from tests.quantized_bert import quantized_bert
 
 pytestmark = pytest.mark.tensorflow
 
@@ -15,13 +15,17 @@ ORDER = ["all", "embeddings", "transformer_layer_0/qkv", "transformer_layer_0/in
 
 
 def _model(float_ops=()):
-    return QatBert(vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=8,
-                   intermediate_dim=16, max_sequence_length=8, num_outputs=3,
-                   float_residual=True, float_ops=float_ops)
+    model = quantized_bert(vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=8,
+                           intermediate_dim=16, max_sequence_length=8, num_outputs=3,
+                           float_residual=True, float_ops=float_ops)
+    model.calibrate([{"token_ids": np.array([[2, 5, 9, 3]]),
+                      "segment_ids": np.zeros((1, 4), "int32"),
+                      "padding_mask": np.ones((1, 4), "int32")}])
+    return model
 
 
 def _scorer(metrics):
-    """`QatBert -> metric` in [0, 1] from `{frozenset(float_ops): points}`, and its calls."""
+    """`QuantizedModel -> metric` in [0, 1] from `{frozenset(float_ops): points}`, and its calls."""
     calls = []
 
     def score(model):
@@ -55,8 +59,8 @@ def test_a_file_that_misses_while_its_model_passes_moves_ops_until_it_is_within(
     assert [(s["file_drop"], s["twin_metric"]) for s in record["steps"]] == \
         [(1.5, 89.9), (0.75, 90.0), (0.25, 89.5)]
     assert record["within_budget"] and record["twin_within_budget"]
-    assert record["size_cost_bytes"] == 3 * (op_weight_count(model, "embeddings")
-                                             + op_weight_count(model, ORDER[2])) > 0
+    assert record["size_cost_bytes"] == 3 * (model.op_weight_count("embeddings")
+                                             + model.op_weight_count(ORDER[2])) > 0
 
 
 def test_a_file_within_the_budget_keeps_the_model_and_measures_no_order():

@@ -21,9 +21,9 @@ from keras_attn.export.onnx_static_quantization import quantize_onnx_static
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
-from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.quantize_model import quantize_model
+from keras_attn.quantization.quantized_model import QuantizedModel
 from tests.exported_runs import classification_run
-from tests.test_qat_bert import crf_outputs
 
 pytestmark = pytest.mark.tensorflow
 
@@ -58,9 +58,7 @@ def classifier(seed=0):
 
 
 def calibrated_twin(model, **kwargs):
-    qat = QatBert.from_float(model, **kwargs)
-    qat.calibrate([batch(seed) for seed in range(10, 14)])
-    return qat
+    return QuantizedModel.calibrated(model, [batch(seed) for seed in range(10, 14)], **kwargs)
 
 
 def initializers(path):
@@ -85,7 +83,7 @@ def per_channel(tmp_path_factory):
 
 
 def logit_step(qat):
-    return float(qat.get_layer("logits").output_quantizer.step().numpy())
+    return float(qat.model.get_layer("logits").output_quantizer.step().numpy())
 
 
 @pytest.mark.parametrize("weight_quantization", ["per_channel", "per_tensor"])
@@ -120,7 +118,7 @@ def test_qdq_file_stores_the_twins_int8_weights(per_channel):
     assert not [name for name, value in initializers(path).items()
                 if value.dtype == np.float32 and value.ndim >= 2]
     # The logits kernel, as the twin fake-quantizes it: per channel, s_c = max|W_c| / 127.
-    kernel = qat.get_layer("logits").kernel.numpy()  # (16, 3)
+    kernel = qat.model.get_layer("logits").kernel.numpy()  # (16, 3)
     scale = np.abs(kernel).max(axis=0) / 127
     found = [value for value in stored.values() if value.shape == (16, 3)]
     assert len(found) == 1 and np.array_equal(found[0], np.round(kernel / scale))
@@ -158,7 +156,8 @@ def test_crf_tagger_exports_its_emissions(tmp_path):
     assert info["input_names"] == ["token_ids", "segment_ids", "padding_mask"]
     assert info["output_names"] == ["logits"]
     x = batch(3, 5)
-    emissions = crf_outputs(qat, {**x, "label_mask": x["padding_mask"]})["logits"]
+    emissions = keras.ops.convert_to_numpy(
+        qat({**x, "label_mask": x["padding_mask"]})["logits"])
     assert np.abs(OnnxRunner(str(path))(x) - emissions).max() <= \
         QDQ_LOGIT_STEPS * logit_step(qat)
 
@@ -177,10 +176,10 @@ def test_ptq_file_runs_near_the_float_model(tmp_path):
 
 
 def test_errors_name_the_problem(tmp_path):
-    with pytest.raises(ValueError, match="calibrated QatBert"):
+    with pytest.raises(ValueError, match="calibrated quantization-aware model"):
         export_onnx_qdq(classifier(), tmp_path / "a.onnx")
     with pytest.raises(ValueError, match="calibrate"):
-        export_onnx_qdq(QatBert.from_float(classifier()), tmp_path / "a.onnx")
+        export_onnx_qdq(quantize_model(classifier()), tmp_path / "a.onnx")
     with pytest.raises(ValueError, match="batches=\\[\\]"):
         src = export_onnx(classifier(), tmp_path / "model.onnx")["path"]
         quantize_onnx_static(src, tmp_path / "b.onnx", [])

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from keras_attn.layers.crf import viterbi_decode
-from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.emissions_model import emissions_model
 from keras_attn.quantization.quantization_budget import cost_order
 from keras_attn.quantization.quantization_budget import held_out_score
 from keras_attn.quantization.quantization_budget import quantization_budget
-from keras_attn.quantization.quantization_ops import op_weight_count
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
 from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.text.ner import first_piece_mask
+from tests.quantized_bert import quantized_bert
 
 pytestmark = pytest.mark.tensorflow
 
@@ -30,12 +30,12 @@ def _calibrated(**kwargs):
     """A small calibrated model whose float predictions spread over the classes (logits
     scaled like a trained model's, their bias centred on a sample)."""
     keras.utils.set_random_seed(0)
-    qat = QatBert(vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=16,
-                  intermediate_dim=32, max_sequence_length=12, num_outputs=3,
-                  float_residual=True, **kwargs)
+    qat = quantized_bert(vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=16,
+                         intermediate_dim=32, max_sequence_length=12, num_outputs=3,
+                         float_residual=True, **kwargs)
     logits = qat.get_layer("logits")
     logits.kernel.assign(logits.kernel.numpy() * 50)
-    sample = qat.with_quantization(False).emissions_model()(
+    sample = emissions_model(qat.float_model())(
         id_inputs(_examples(300, seed=11), LENGTH), training=False)
     sample = keras.ops.convert_to_numpy(sample).reshape(-1, 3)
     logits.bias.assign(-sample.mean(0))
@@ -52,15 +52,15 @@ def _labelled_by(model, examples):
 
 def test_a_budget_moves_the_op_with_a_bad_range_to_float_first_and_ends_within_it():
     qat, calibration = _calibrated()
-    # Squeeze the Q/K/V output range of block 1 to a fifth: the recipe now misses.
-    quantizer = qat.get_layer("transformer_layer_1").quantizers["qkv_quantizer"]
+    # Squeeze the pooler's (tanh) output range to a fifth: the recipe now misses.
+    quantizer = qat.get_layer("pooled_dense").activation_quantizer
     quantizer.min_value.assign(quantizer.min_value.numpy() / 5)
     quantizer.max_value.assign(quantizer.max_value.numpy() / 5)
     held_out = _labelled_by(qat.with_quantization(False), _examples(300, seed=7))
     assert min(np.bincount([e["label"] for e in held_out], minlength=3)) >= 30
     score = held_out_score(held_out, LENGTH, labels=None, tagger=False)
     rows = quantization_sensitivity(qat, calibration)
-    assert rows[1]["op"] == "transformer_layer_1/qkv"
+    assert rows[1]["op"] == "pooled_dense"
     recipe_points = 100 * score(qat)
     assert recipe_points < 95.0, recipe_points  # the recipe misses a 0.5-point budget
 
@@ -69,7 +69,7 @@ def test_a_budget_moves_the_op_with_a_bad_range_to_float_first_and_ends_within_i
     assert record["steps"][0] == {"float_ops": [], "metric": round(recipe_points, 4),
                                   "drop": round(100.0 - recipe_points, 4),
                                   "size_cost_bytes": 0}
-    assert record["float_ops"][0] == "transformer_layer_1/qkv"
+    assert record["float_ops"][0] == "pooled_dense"
     # Moves stop at the first step within the budget, one op per step, in row order.
     assert [s["drop"] <= 0.5 for s in record["steps"]] == [False] * (
         len(record["steps"]) - 1) + [True]
@@ -84,7 +84,7 @@ def test_a_budget_moves_the_op_with_a_bad_range_to_float_first_and_ends_within_i
                                      if op in record["float_ops"])
     assert 100 * score(chosen) == pytest.approx(record["steps"][-1]["metric"], abs=1e-3)
     assert qat.float_ops == ()  # the recipe's model is not changed
-    assert record["size_cost_bytes"] == 3 * sum(op_weight_count(qat, op)
+    assert record["size_cost_bytes"] == 3 * sum(qat.op_weight_count(op)
                                                 for op in record["float_ops"])
 
 
@@ -139,7 +139,7 @@ def test_held_out_score_of_a_crf_tagger_decodes_the_emissions_with_its_transitio
         examples.append(dict(e, word_ids=word_ids, tags=["O"] * words))
     float_model = qat.with_quantization(False)
     emissions = keras.ops.convert_to_numpy(
-        float_model.emissions_model()(id_inputs(examples, LENGTH), training=False))
+        emissions_model(float_model)(id_inputs(examples, LENGTH), training=False))
     for row, example in enumerate(examples):  # gold: the float model's own Viterbi tags
         n = len(example["token_ids"])
         tags = keras.ops.convert_to_numpy(viterbi_decode(

@@ -299,10 +299,7 @@ def test_a_bert_classifier_and_its_nested_backbone_become_one_int8_file(
         bert_trained, tmp_path, float_residual, float_channels):
     """A task model is quantized through its nested backbone (its embeddings, LayerNorm,
     blocks and pooler); the file of the dynamic-length model, at a given length, is
-    builtins-only, within a few steps of the QAT model, as accurate as the float model, and
-    agrees with the QatBert twin of the same recipe (with float feed-forward channels: the
-    same widest channels)."""
-    from keras_attn.quantization.qat_bert import QatBert
+    builtins-only, within a few steps of the QAT model and as accurate as the float model."""
     model, inputs, y = bert_trained
     qat = quantize_model(model, float_residual=float_residual,
                          feedforward_float_channels=float_channels)
@@ -325,18 +322,12 @@ def test_a_bert_classifier_and_its_nested_backbone_become_one_int8_file(
     assert float_accuracy >= 0.9
     assert np.mean(outputs.argmax(-1) == y) >= float_accuracy - 0.02
     # Measured: the file 1 step from the QAT model at most (median 1 all-int8, 0 with the
-    # float residual), the QAT model 1 step from the QatBert twin, accuracy 1.0 throughout.
-    twin = QatBert.from_float(model, float_residual=float_residual,
-                              feedforward_float_channels=float_channels)
-    twin.calibrate(batches)
+    # float residual), accuracy 1.0 throughout.
     backbone = next(layer for layer in qat.layers if isinstance(layer, keras.Model))
     for i in range(2) if float_channels else ():
-        kept = [set(keras.ops.convert_to_numpy(block.feedforward_channel_order)[-4:])
-                for block in (backbone.get_layer(f"transformer_layer_{i}"),
-                              twin.get_layer(f"transformer_layer_{i}"))]
-        assert kept[0] == kept[1]
-    twin_logits = keras.ops.convert_to_numpy(twin(inputs, training=False))
-    assert np.mean(twin_logits.argmax(-1) == expected.argmax(-1)) >= 0.98
+        order = keras.ops.convert_to_numpy(
+            backbone.get_layer(f"transformer_layer_{i}").feedforward_channel_order)
+        assert sorted(order) == list(range(order.size))  # a permutation, widest last
 
 
 @pytest.fixture(scope="module")

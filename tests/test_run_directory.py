@@ -10,6 +10,8 @@ from keras_attn.cli import main
 from keras_attn.inference.predictor import PredictorError
 from keras_attn.inference.predictor import load_predictor
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantize_model import activation_quantizers
+from keras_attn.quantization.quantize_model import model_layout
 from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs import run_directory
 from keras_attn.runs.run_directory import Lineage
@@ -120,8 +122,12 @@ def test_quantize_stage_makes_a_qat_run_and_reuses_it(runs, tmp_path):
     qat = quantize_run(runs / "float", tmp_path / "qat", recipe, log=lines.append)
     assert any("calibrated on 16 training examples" in line for line in lines)
     model = qat.load_model()
-    assert model.float_residual and model.feedforward_float_channels == 2
-    assert model.uncalibrated_quantizers() == []
+    assert model_layout(model) == {"float_residual": True, "feedforward_float_channels": 2}
+    assert all(float(q.initialized.numpy()) == 1.0 or q.fixed_range is not None
+               for q in activation_quantizers(model))
+    # The ops the budget moved to float, kept for the export to rebuild the same model.
+    metrics = qat.metrics()
+    assert metrics["float_ops"] == metrics["quantization_budget"]["float_ops"]
     assert qat.lineage().quantization == recipe.to_dict()
     assert qat.lineage().source == str((runs / "float").resolve())
     assert qat.tokenizer_settings() == RunDirectory(runs / "float").tokenizer_settings()

@@ -11,7 +11,8 @@ from keras_attn.export.tflite_runtime import run_tflite
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
-from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.quantize_model import quantize_model
+from keras_attn.quantization.quantized_model import QuantizedModel
 
 pytestmark = pytest.mark.tensorflow  # TFLite / SavedModel / tf-text: TensorFlow only
 
@@ -41,8 +42,7 @@ def exported(tmp_path_factory):
     model = BertClassifier(backbone, num_classes=3)
     logits = model.get_layer("logits")
     logits.kernel.assign(logits.kernel.numpy() * 50)  # trained-like logit scale
-    qat = QatBert.from_float(model)
-    qat.calibrate([batch(seed) for seed in range(10, 14)])
+    qat = QuantizedModel.calibrated(model, [batch(seed) for seed in range(10, 14)])
     out = tmp_path_factory.mktemp("tflite")
     results = export_tflite(qat, str(out), sequence_length=LENGTH,
                             representative_data=[batch(seed) for seed in range(10, 14)])
@@ -110,7 +110,7 @@ def test_errors(exported, tmp_path):
     with pytest.raises(ValueError, match="variants"):
         export_tflite(model, str(tmp_path), variants=["int4"], sequence_length=LENGTH)
     with pytest.raises(ValueError, match="calibrate"):
-        export_tflite(QatBert.from_float(model), str(tmp_path), variants=["int8"],
+        export_tflite(quantize_model(model), str(tmp_path), variants=["int8"],
                       sequence_length=LENGTH, representative_data=[batch(0)])
     with pytest.raises(ValueError, match=r"shape \(B, 16\)"):
         export_tflite(qat, str(tmp_path), variants=["int8"], sequence_length=LENGTH,
@@ -147,8 +147,7 @@ def test_float_residual_keeps_outlier_dimensions_and_every_weight_matmul_int8(tm
     reference = keras.ops.convert_to_numpy(model(x))
     errors = {}
     for float_residual in (False, True):
-        qat = QatBert.from_float(model, float_residual=float_residual)
-        qat.calibrate(calibration)
+        qat = QuantizedModel.calibrated(model, calibration, float_residual=float_residual)
         result = export_tflite(qat, str(tmp_path / str(float_residual)), variants=["int8"],
                                sequence_length=LENGTH, representative_data=calibration)["int8"]
         out = run_tflite(result["path"], x)
@@ -162,27 +161,6 @@ def test_float_residual_keeps_outlier_dimensions_and_every_weight_matmul_int8(tm
             assert (out.argmax(-1) == fake_quant.argmax(-1)).mean() >= 0.99
             assert np.abs(out - fake_quant).max() < 0.1 * np.abs(fake_quant).max()
     assert errors[True] < 0.5 * errors[False], errors
-
-
-def test_float_residual_quantizers_and_config():
-    backbone = BertBackbone(vocabulary_size=VOCAB, num_layers=1, num_heads=2, hidden_dim=8,
-                            intermediate_dim=16, max_sequence_length=LENGTH)
-    qat = QatBert.from_float(BertClassifier(backbone, num_classes=2), float_residual=True)
-    floats = sorted({q.name for q in qat.activation_quantizers if not q.quantize})
-    # The residual stream (the embeddings' sum with the positions starts it) and the
-    # attention between the int8 Q, K, V and the int8 context.
-    assert floats == sorted(
-        ["attention_residual_quantizer", "feedforward_residual_quantizer", "sum_quantizer",
-         "score_quantizer", "probability_quantizer"]
-        + [f"{prefix}layer_norm_{part}_quantizer"
-           for prefix in ("", "attention_", "feedforward_")
-           for part in ("mean", "centered", "variance", "inverse_std")])
-    twin = QatBert.from_config(qat.get_config())
-    assert twin.float_residual and qat.with_quantization(True).float_residual
-    assert not any(q.quantize for q in qat.with_quantization(False).activation_quantizers)
-    with pytest.raises(ValueError, match="`float_residual` must be a bool. Received: "
-                                         "float_residual='yes'"):
-        QatBert.from_float(BertClassifier(backbone, num_classes=2), float_residual="yes")
 
 
 @pytest.mark.parametrize("head", ["classification", "token_classification"])
@@ -206,8 +184,8 @@ def test_the_calibrated_model_computes_what_its_int8_file_computes(tmp_path, hea
     gamma[0] = 60.0  # an outlier dimension in the residual stream, as in BERT
     layer_norm.gamma.assign(gamma)
     calibration = [batch(seed, size=16) for seed in range(10, 14)]
-    qat = QatBert.from_float(model, float_residual=True, feedforward_float_channels=2)
-    qat.calibrate(calibration)
+    qat = QuantizedModel.calibrated(model, calibration, float_residual=True,
+                                    feedforward_float_channels=2)
     path = export_tflite(qat, str(tmp_path), variants=["int8"], sequence_length=LENGTH,
                          representative_data=calibration)["int8"]["path"]
     x = batch(3, size=1000)  # SST-2 dev-sized (872)
@@ -216,10 +194,10 @@ def test_the_calibrated_model_computes_what_its_int8_file_computes(tmp_path, hea
     out = run_tflite(path, x)
     if head == "token_classification":  # the real tokens
         twin, out = twin[x["padding_mask"] == 1], out[x["padding_mask"] == 1]
-    steps = np.abs(out - twin).max(-1) / qat.get_layer("logits").output_quantizer.step()
+    steps = np.abs(out - twin).max(-1) / qat.model.get_layer("logits").output_quantizer.step()
     assert np.median(steps) <= 2.01 and steps.max() <= 6.01, (np.median(steps), steps.max())
     np.testing.assert_array_equal(out.argmax(-1), twin.argmax(-1))
-    assert np.abs(twin).max() > 100 * qat.get_layer("logits").output_quantizer.step()
+    assert np.abs(twin).max() > 100 * qat.model.get_layer("logits").output_quantizer.step()
 
 
 def test_float_feedforward_channels_convert_to_small_float_matmuls(tmp_path):
@@ -235,8 +213,8 @@ def test_float_feedforward_channels_convert_to_small_float_matmuls(tmp_path):
     kernel[:, 5] *= 20.0  # one wide feed-forward channel
     dense.kernel.assign(kernel)
     calibration = [batch(seed) for seed in range(10, 14)]
-    qat = QatBert.from_float(model, float_residual=True, feedforward_float_channels=2)
-    qat.calibrate(calibration)
+    qat = QuantizedModel.calibrated(model, calibration, float_residual=True,
+                                    feedforward_float_channels=2)
     result = export_tflite(qat, str(tmp_path), variants=["int8"], sequence_length=LENGTH,
                            representative_data=calibration)["int8"]
     non_int8 = result["non_int8_ops"]

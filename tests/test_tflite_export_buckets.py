@@ -14,7 +14,7 @@ from keras_attn.export.tflite_runtime import run_tflite
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
-from keras_attn.quantization.qat_bert import QatBert
+from tests.quantized_bert import from_float
 
 pytestmark = pytest.mark.tensorflow  # TFLite: TensorFlow only
 
@@ -52,7 +52,7 @@ def tiny_qat_classifier(backbone=None):
     model = BertClassifier(backbone or tiny_backbone(), num_classes=3)
     logits = model.get_layer("logits")
     logits.kernel.assign(logits.kernel.numpy() * 50)  # trained-like logit scale
-    qat = QatBert.from_float(model, float_residual=True)
+    qat = from_float(model, float_residual=True)
     calibration = [batch(seed, 4) for seed in range(10, 14)]
     qat.calibrate(calibration)
     return qat, calibration

@@ -60,13 +60,13 @@ def attention_inputs():
 
 
 def heads(x):
-    """`(B, T, n, d)` -> `(B, n, T, d)` after int8 rounding: as in `QatEncoderBlock`, the
+    """`(B, T, n, d)` -> `(B, n, T, d)` after int8 rounding: as in `EncoderInt8Layout`, the
     attention reads int8 tensors that an int8 op (here TRANSPOSE) made."""
     return tf.transpose(fake_quant(x, VALUE_RANGE), (0, 2, 1, 3))
 
 
 def attention(query, key, value):
-    """softmax(Q K^T) V with the fake quantization of `QatEncoderBlock` (float mask aside)."""
+    """softmax(Q K^T) V with the fake quantization of `EncoderInt8Layout` (float mask aside)."""
     query, key, value = (heads(x) for x in (query, key, value))
     scores = fake_quant(tf.matmul(query, key, transpose_b=True), SCORE_RANGE)
     probabilities = fake_quant(tf.nn.softmax(scores, -1), PROBABILITY_RANGE)

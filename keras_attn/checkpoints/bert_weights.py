@@ -87,9 +87,7 @@ def check_allow_missing(allow_missing):
     return allow_missing
 
 
-# Canonical names of BERT's weights by role. The QAT layers (`QatEmbeddings`,
-# `QatEncoderBlock`, `QuantizedDense`) name their variables after these roles, so
-# `QatBert`'s weight map is derived from this one (see `qat_bert._weight_pairs`).
+# Canonical names of BERT's weights by role.
 BERT_EMBEDDING_WEIGHT_NAMES = {
     "token_embeddings": ("embeddings/word_embeddings",),
     "segment_embeddings": ("embeddings/token_type_embeddings",),

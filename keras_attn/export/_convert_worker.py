@@ -14,13 +14,13 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_attn import atomic_files
+from keras_attn.export.model_int8_tflite import float_residual_model
 from keras_attn.export.tflite_export import INPUT_NAMES
 from keras_attn.export.tflite_export import bucket_signature
 from keras_attn.export.tflite_float_ops import run_in_float
 from keras_attn.export.tflite_sharing import share_quantization_parameters
-
-# Registers QatBert and its layers for `keras.saving.load_model`.
-from keras_attn.quantization.qat_bert import QatBert  # noqa: F401
+from keras_attn.quantization.float_layout_model import float_layout_model
+from keras_attn.quantization.quantize_model import freeze_model_ranges
 
 
 def _saved_model(model, lengths, directory):
@@ -89,7 +89,7 @@ def _converter(variant, saved_model_dir, examples, lengths, float_residual=False
 def main(job_path):
     with open(job_path) as f:
         job = json.load(f)
-    model = keras.saving.load_model(job["model_path"])
+    models = {kind: keras.saving.load_model(path) for kind, path in job["model_paths"].items()}
     examples = None
     if job["data_path"]:
         with np.load(job["data_path"]) as data:
@@ -97,14 +97,14 @@ def main(job_path):
     lengths = job["lengths"]
     for variant in job["variants"]:
         if variant == "int8":
-            graph = model
-            graph.freeze_ranges()
+            graph = models["int8"]
+            freeze_model_ranges(graph)
         elif variant == "int8_ptq":
-            graph = model.with_quantization(False, masked_score=job["ptq_masked_score"])
+            graph = float_layout_model(models["float"], masked_score=job["ptq_masked_score"])
         else:
-            graph = model.with_quantization(False)
+            graph = float_layout_model(models["float"])
         directory = _saved_model(graph, lengths, os.path.join(job["work_dir"], variant))
-        float_residual = variant == "int8" and getattr(model, "float_residual", False)
+        float_residual = variant == "int8" and float_residual_model(graph)
         content = _converter(variant, directory, examples, lengths, float_residual).convert()
         if float_residual:
             # A mixed-precision file for CPUs: the int8 ops that XNNPACK has no kernel for

@@ -27,13 +27,13 @@ def file_budget(model, budget, score_file, score_twin, order, max_moves=MAX_FILE
     """The calibrated model whose `model_int8.tflite` is within the budget, and the record.
 
     Args:
-        model: the calibrated `QatBert` the quantize stage chose (not changed).
+        model: the calibrated `QuantizedModel` the quantize stage chose (not changed).
         budget: its `quantization_budget` record: `max_accuracy_drop` and `float_metric`
             (points) and the `steps` (`float_ops`, `metric`) the twin's search scored.
-        score_file: callable `QatBert -> metric` in [0, 1]: the model's file (converted, or
+        score_file: callable `QuantizedModel -> metric` in [0, 1]: the model's file (converted, or
             for `model` itself the one already written) scored on LiteRT with XNNPACK on
             the budget's held-out examples.
-        score_twin: callable `QatBert -> metric` in [0, 1] of the Keras model on the same
+        score_twin: callable `QuantizedModel -> metric` in [0, 1] of the Keras model on the same
             examples (`held_out_score`); called only for ops the twin's search did not score.
         order: op names, most sensitive first (`quantization_sensitivity` rows' `op`), or a
             callable returning them, called only if the file misses.
@@ -41,7 +41,7 @@ def file_budget(model, budget, score_file, score_twin, order, max_moves=MAX_FILE
         log: callable receiving a line per step.
 
     Returns:
-        `(model, record)`: the chosen `QatBert` (`model` itself when its file is within the
+        `(model, record)`: the chosen `QuantizedModel` (`model` itself when its file is within the
         budget) and `{"max_accuracy_drop", "float_metric", "steps": [{"float_ops",
         "file_metric", "file_drop", "twin_metric", "twin_drop"}], "float_ops", "moved",
         "within_budget", "twin_within_budget", "max_moves", "size_cost_bytes"}` (metrics in

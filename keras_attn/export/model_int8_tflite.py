@@ -151,7 +151,7 @@ def _convert_job(model_path, data_path, work, output_path, sequence_length, vari
     with np.load(data_path) as data:
         rows = {name: data[name] for name in names}
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if _float_residual(model):
+    if float_residual_model(model):
         # Only the tensors with a FakeQuant become int8; a representative dataset would
         # make the converter calibrate and quantize the float stream too.
         atomic_files.write_bytes(output_path, run_in_float(converter.convert()))
@@ -162,7 +162,7 @@ def _convert_job(model_path, data_path, work, output_path, sequence_length, vari
     atomic_files.write_bytes(output_path, converter.convert())
 
 
-def _float_residual(model):
+def float_residual_model(model):
     """Whether a quantized encoder block of `model` keeps its residual stream in float."""
     return any(getattr(layer, "quantization", None) and getattr(layer, "float_residual", False)
                for layer in model._flatten_layers(include_self=False))

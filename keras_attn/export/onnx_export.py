@@ -69,7 +69,7 @@ def export_onnx(model, path, opset=17, outputs=None, rewrite=None):
             `None` for a model with a single output, which is named `logits`.
         rewrite: optional callable `ModelProto -> ModelProto` applied to tf2onnx's graph
             before the constant folding (`keras_attn.export.onnx_qdq_export` stores the
-            fake-quantized weights of a `QatBert` in int8 there). Defaults to `None`.
+            fake-quantized weights of a `quantize_model` copy in int8 there). Defaults to `None`.
 
     Returns:
         A dict: `path` (str), `input_names` and `output_names` (lists of str, graph

@@ -1,9 +1,9 @@
-"""`export_onnx_qdq`: a calibrated `QatBert` as a static int8 (QDQ) ONNX graph that carries
-exactly the twin's activation ranges, int8 weights and float choices.
+"""`export_onnx_qdq`: a calibrated `quantize_model` copy (the twin) as a static int8 (QDQ)
+ONNX graph that carries exactly the twin's activation ranges, int8 weights and float choices.
 
 How the graph is made (tf2onnx 1.17, onnxruntime 1.31):
 
-- The twin is traced with its ranges frozen (`QatBert.freeze_ranges`, on a copy) and
+- The twin is traced with its ranges frozen (`freeze_model_ranges`, then as it was) and
   converted by `export_onnx`. tf2onnx turns each activation `FakeQuantWithMinMaxVars`
   (constant min/max) into a `QuantizeLinear` / `DequantizeLinear` pair, uint8 with
   `scale = (max - min) / 255` and `zero_point = round(-min / scale)`: TF's nudged range.
@@ -40,7 +40,10 @@ from onnx import helper
 from onnx import numpy_helper
 
 from keras_attn.export.onnx_export import export_onnx
-from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.emissions_model import emissions_model
+from keras_attn.quantization.quantize_model import activation_quantizers
+from keras_attn.quantization.quantize_model import freeze_model_ranges
+from keras_attn.quantization.quantized_model import QuantizedModel
 
 # Ops whose input 1 is a weight the twin may have fake-quantized, and the axis of its
 # output channels (`Gemm` with `transB=1`: axis 0).
@@ -55,18 +58,19 @@ _WEIGHT_FAKE_QUANTS = ("FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerCha
 
 
 def export_onnx_qdq(model, path, opset=17):
-    """Writes a calibrated `QatBert` as a QDQ int8 ONNX graph (dynamic batch and sequence).
+    """Writes a calibrated `quantize_model` copy as a QDQ int8 ONNX graph (dynamic batch and
+    sequence).
 
     Activations: `x -> DequantizeLinear(QuantizeLinear(x, s, z), s, z)` (uint8) wherever
     the twin fake-quantizes, with its frozen range `[min, max]`: `s = (max - min) / 255`,
     `z = round(-min / s)`. Weights: int8 `q` with `W = s_c q` (`s_c = max|W_c| / 127`, per
     output channel `c` or per tensor, as the twin's `weight_quantization`), read through a
     `DequantizeLinear`. onnxruntime fuses these into int8 kernels when it loads the file.
-    A CRF tagger exports its emissions (`QatBert.emissions_model`).
+    A CRF tagger exports its emissions (`emissions_model`).
 
     Args:
-        model: a `QatBert` with `quantize=True` whose ranges are trained or calibrated. It
-            is not modified (a copy is frozen and traced).
+        model: a `QuantizedModel` or `quantize_model` copy whose ranges are trained or
+            calibrated. Its ranges are frozen while it is traced, then left as they were.
         path: str or path-like, the `.onnx` file to write.
         opset: int, 17 or 18 (see `export_onnx`). Defaults to `17`.
 
@@ -74,28 +78,35 @@ def export_onnx_qdq(model, path, opset=17):
         The `export_onnx` dict, plus `int8_weights` (int, kernels stored in int8).
 
     Raises:
-        ValueError: `model` is not a calibrated quantizing `QatBert`, or the graph's int8
+        ValueError: `model` is not a calibrated quantization-aware model, or the graph's int8
             kernels do not match the twin's weight fake quants.
 
     Example:
     >>> import tempfile
     >>> from keras_attn.models.bert_backbone import BertBackbone
     >>> from keras_attn.models.bert_classifier import BertClassifier
-    >>> qat = QatBert.from_float(BertClassifier(BertBackbone(
-    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
-    ...     intermediate_dim=16, max_sequence_length=16), num_classes=3))
     >>> x = {"token_ids": np.array([[2, 7, 9, 0]]), "segment_ids": np.zeros((1, 4), "int32"),
     ...      "padding_mask": np.array([[1, 1, 1, 0]])}
-    >>> qat.calibrate([x])
+    >>> qat = QuantizedModel.calibrated(BertClassifier(BertBackbone(
+    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
+    ...     intermediate_dim=16, max_sequence_length=16), num_classes=3), [x])
     >>> info = export_onnx_qdq(qat, os.path.join(tempfile.mkdtemp(), "model_int8.onnx"))
     >>> info["output_names"], info["int8_weights"]
     (['logits'], 9)
     """
+    model = model.model if isinstance(model, QuantizedModel) else model
     _check_arguments(model, path)
-    graph_model = model.emissions_model()
-    if graph_model is model:
-        graph_model = model.with_quantization(True)  # a copy: freezing leaves `model` as is
-    graph_model.freeze_ranges()
+    graph_model = emissions_model(model)
+    frozen = all(q.frozen_range is not None for q in activation_quantizers(model))
+    freeze_model_ranges(model)
+    try:
+        return _export(graph_model, path, opset)
+    finally:
+        if not frozen:  # as it was
+            freeze_model_ranges(model, False)
+
+
+def _export(graph_model, path, opset):
     expected = _count_weight_fake_quants(graph_model)
     stored = []
 
@@ -116,28 +127,50 @@ def export_onnx_qdq(model, path, opset=17):
 def _check_arguments(model, path):
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"`path` must be a str or path-like. Received: path={path!r}")
-    if not isinstance(model, QatBert):
-        raise ValueError("`model` must be a calibrated QatBert (the int8 twin). "
-                         f"Received: model={type(model).__name__}")
-    if not model.quantize:
-        raise ValueError("`model` must fake-quantize (the QDQ graph takes its ranges): pass "
-                         "a QatBert with quantize=True. Received: quantize=False")
-    missing = model.uncalibrated_quantizers()
+    quantizers = activation_quantizers(model) if hasattr(model, "_flatten_layers") else []
+    if not any(q.quantize for q in quantizers):
+        raise ValueError("`model` must be a calibrated quantization-aware model (the QDQ graph "
+                         "takes its ranges): `QuantizedModel.calibrated(model, batches)` or "
+                         "`quantize_model(model)` + `calibrate_model`. Received: "
+                         f"model={type(model).__name__} without fake quantization")
+    missing = [q.path for q in quantizers
+               if float(q.initialized.numpy()) < 0.5 and q.fixed_range is None]
     if missing:
         raise ValueError(
             f"`model` has {len(missing)} quantizers without a range (first: {missing[0]}): "
-            "train it or call `model.calibrate(batches)` first. Received: an uncalibrated "
-            "QatBert"
+            "train it or call `calibrate_model(model, batches)` first. Received: an "
+            "uncalibrated model"
         )
 
 
 def _count_weight_fake_quants(model):
-    """Weight fake quants (symmetric: `narrow_range`) in the traced inference graph."""
+    """Weights with a fake quant (symmetric: `narrow_range`) in the traced inference graph."""
     specs = {key: tf.TensorSpec((None, None), tensor.dtype, name=key)
              for key, tensor in model.input.items()}
     graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(specs).graph
-    return sum(1 for op in graph.get_operations()
-               if op.type in _WEIGHT_FAKE_QUANTS and op.get_attr("narrow_range"))
+    # One per weight the outputs read: a layer called twice (BERT's last block, once for
+    # the [CLS] row) rounds the same weight twice, and the file stores it once; a branch
+    # the outputs do not read (a tagger's pooler) is left out of the file.
+    return len({_weight_source(op.inputs[0]) for op in _ops_read_by(graph.outputs)
+                if op.type in _WEIGHT_FAKE_QUANTS and op.get_attr("narrow_range")})
+
+
+def _ops_read_by(tensors):
+    """The ops the `tensors` are computed from."""
+    seen, stack = set(), [tensor.op for tensor in tensors]
+    while stack:
+        op = stack.pop()
+        if op not in seen:
+            seen.add(op)
+            stack.extend(tensor.op for tensor in op.inputs)
+    return seen
+
+
+def _weight_source(tensor):
+    """The graph input (a captured variable) that a weight tensor is read and reshaped from."""
+    while tensor.op.inputs and tensor.op.type != "Placeholder":
+        tensor = tensor.op.inputs[0]
+    return tensor.name
 
 
 def _pointwise_convs_as_matmuls(model_proto):

@@ -57,14 +57,15 @@ from keras_attn.quantization.quantization_budget import held_out_score
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantization_sensitivity import SENSITIVITY_EXAMPLES
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
+from keras_attn.quantization.quantize_stage import calibration_batches
 from keras_attn.quantization.quantize_stage import quantize_run
+from keras_attn.quantization.quantize_stage import quantized_run_model
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.runs.run_lock import run_lock
 from keras_attn.text.hard_cases import HARD_CASES
 from keras_attn.text.labelled_examples import CALIBRATION_BATCH
-from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import task_spec
 from keras_attn.version import __version__
@@ -164,6 +165,7 @@ class RunExporter:
         # model_int8.tflite's outputs on the evaluation examples, scored by the budget
         # check when its held-out examples are those: {builtin_kernels: outputs}
         self._int8_file_outputs = {}
+        self._calibration_batches = None
         self.source = RunDirectory(run_dir)
         try:
             self.source.require("model.keras", "config.json", "vocab.txt", "labels.txt",
@@ -234,19 +236,23 @@ class RunExporter:
             raise ExportError(str(error)) from None
         self.recipe, self.qat_run = recipe, qat_run
         self.budget = qat_run.metrics().get("quantization_budget")
-        model = qat_run.load_model()
+        model = quantized_run_model(qat_run, recipe, self._calibration())
         model.freeze_ranges()  # the roundings of the int8 file (biases too)
         return model
 
+    def _calibration(self):
+        """The calibration batches of the int8 files (the quantize stage's)."""
+        if self._calibration_batches is None:
+            self._calibration_batches = calibration_batches(
+                self.source, self.options.quantization, self.length)
+        return self._calibration_batches
+
     def _plan(self, int8_model):
-        count = self.options.quantization.calibration_examples
-        sample = self.source.examples("train", self.length, sample=count)
         return ExportPlan(
             output_dir=self.output_dir, model=self.model, int8_model=int8_model,
             length=self.length,
             bucket_lengths=tuple(bucket_lengths(self.length, self.options.smallest_bucket)),
-            calibration=[id_inputs(sample[start:start + CALIBRATION_BATCH], self.length)
-                         for start in range(0, len(sample), CALIBRATION_BATCH)],
+            calibration=self._calibration(),
             tokenizer=self.source.tokenizer(self.length), labels=self.labels,
             options=self.options, log=self.log)
 
@@ -332,8 +338,9 @@ class RunExporter:
                 if f.source == "int8":
                     _remove(self.output_dir / f.file)
         with run_lock(writes=[self.qat_run.path]):  # the quantize stage's lock, again
-            self.qat_run.write_finish(chosen, {**self.qat_run.metrics(),
-                                               "quantization_budget": self.budget})
+            self.qat_run.write_finish(chosen.model, {
+                **self.qat_run.metrics(), "quantization_budget": self.budget,
+                "float_ops": list(chosen.float_ops)})
         self.log(f"  {self.qat_run.path / 'model.keras'}: float ops {list(chosen.float_ops)}")
         os.replace(trial, path)
         _remove(trial.parent)
@@ -366,7 +373,7 @@ class RunExporter:
                           reference, reference)]
         twin = None
         if int8_model is not None:
-            twin = self.scorer.collect(self.scorer.keras_predict(int8_model))
+            twin = self.scorer.collect(self.scorer.keras_predict(int8_model.model))
             rows.append(self._row("QAT model (Keras, fake int8)",
                                   self.output_dir / "qat" / "model.keras", reference, twin))
         calls, timed_input, agreement = {}, self.scorer.latency_input(), None
@@ -404,7 +411,7 @@ class RunExporter:
         builtin = self._int8_file_outputs.get(True)  # scored by the budget check
         if builtin is None:
             builtin = self.scorer.collect(step.run_logits(path, builtin_kernels=True))
-        logit_step = float(int8_model.get_layer("logits").output_quantizer.step())
+        logit_step = float(int8_model.model.get_layer("logits").output_quantizer.step())
         return twin_agreement(twin, xnnpack, builtin, logit_step)
 
     def _row(self, name, path, reference, outputs, details=None):

@@ -4,9 +4,10 @@ quantization-aware training (QAT) and full int8 by post-training quantization (P
 Every artifact comes from a SavedModel of a `tf.function` with a static `(1, L)` int32
 signature (`token_ids`, `segment_ids`, `padding_mask`) converted with
 `tf.lite.TFLiteConverter.from_saved_model` and builtin ops only, so the graph holds no
-dynamic-shape ops and no Flex/custom ops. The graph converted is always the TFLite
-layout of `QatBert` (2-D matmuls, batched-matmul attention, GATHER embeddings): with fake
-quantization for `int8`, without it for the float variants and `int8_ptq`. The output is
+dynamic-shape ops and no Flex/custom ops. The graph converted has the TFLite layout of the
+encoder blocks' int8 layout (`EncoderInt8Layout`: 2-D matmuls, batched-matmul attention):
+the `quantize_model` copy with its fake quantization for `int8`, the float model in that
+layout (`float_layout_model`) for the float variants and `int8_ptq`. The output is
 float32 `logits` in every variant (the full-int8 models end with one DEQUANTIZE: apps get
 logits, not int8 codes and scales).
 
@@ -38,9 +39,10 @@ from tensorflow.lite.python import schema_py_generated as schema
 from keras_attn.errors import KerasAttnError
 from keras_attn.export.converter_process import run_job
 from keras_attn.layers.validation import check_int
-from keras_attn.models.bert_classifier import BertClassifier
-from keras_attn.models.bert_token_classifier import BertTokenClassifier
-from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.emissions_model import emissions_model
+from keras_attn.quantization.quantize_model import activation_quantizers
+from keras_attn.quantization.quantize_model import max_sequence_length
+from keras_attn.quantization.quantized_model import QuantizedModel
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +103,9 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
     """Converts a BERT task model to TFLite artifacts, in the converter's child process.
 
     Args:
-        model: a `QatBert` (needed for `int8`; its ranges must be trained or calibrated),
-            or a float `BertClassifier` / `BertTokenClassifier` (float variants and
-            `int8_ptq`; converted through its `QatBert` float twin).
+        model: a `QuantizedModel` or `quantize_model` copy (needed for `int8`; its ranges
+            trained or calibrated; the float variants convert its `dequantize_model`), or a
+            float `BertClassifier` / `BertTokenClassifier` (float variants and `int8_ptq`).
         output_dir: directory the `.tflite` files are written to
             (`{file_prefix}{variant}.tflite`).
         variants: names from `TFLITE_VARIANTS`.
@@ -127,8 +129,10 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
     """
     variants = _check_variants(variants)
     _check_buckets(buckets, sequence_length)
-    qat = _graph_model(model, variants)
-    _check_sequence_length(sequence_length, qat.max_sequence_length)
+    graphs = _graph_models(model, variants)
+    limit = max_sequence_length(next(iter(graphs.values())))
+    if limit is not None:
+        _check_sequence_length(sequence_length, limit)
     examples = None
     needs_data = [v for v in variants if v in ("int8", "int8_ptq")]
     if needs_data:
@@ -137,7 +141,7 @@ def export_tflite(model, output_dir, variants=TFLITE_VARIANTS, sequence_length=1
     outputs = {v: os.path.join(os.path.abspath(output_dir), f"{file_prefix}{v}{suffix}.tflite")
                for v in variants}
     os.makedirs(output_dir, exist_ok=True)
-    _convert_in_child(qat, examples, outputs, tuple(buckets or (sequence_length,)))
+    _convert_in_child(graphs, examples, outputs, tuple(buckets or (sequence_length,)))
     results = {}
     for variant, path in outputs.items():
         report = tflite_op_report(path)
@@ -157,38 +161,32 @@ def _check_variants(variants):
     return variants
 
 
-def _graph_model(model, variants):
-    """The `QatBert` whose graph is converted, checked for the variants asked."""
-    if isinstance(model, (BertClassifier, BertTokenClassifier)):
-        if "int8" in variants:
+def _graph_models(model, variants):
+    """`{"int8": quantized graph, "float": float graph}`, each only when a variant asked
+    needs it: the files hold a CRF tagger's emissions (`emissions_model`), the float model
+    of a quantized one is its `dequantize_model` (the fine-tuned weights)."""
+    quantized = model if isinstance(model, QuantizedModel) else (
+        QuantizedModel(model, []) if activation_quantizers(model) else None)
+    graphs = {}
+    if "int8" in variants:
+        if quantized is None:
             raise ValueError(
                 "The `int8` variant is converted from a quantization-aware model: pass "
-                "`QatBert.from_float(model)` after QAT or `calibrate`, or ask for "
-                "`int8_ptq`. Received: model=" + type(model).__name__
-            )
-        # Named after the model, not by Keras' counter: the file's tensor names (and so its
-        # bytes) must not depend on how many models this process built before.
-        return QatBert.from_float(model, quantize=False,
-                                  name=f"{model.name}_graph").emissions_model()
-    if not isinstance(model, QatBert):
-        raise ValueError(
-            "`model` must be a QatBert, BertClassifier or BertTokenClassifier. "
-            f"Received: model={type(model).__name__}"
-        )
-    if "int8" in variants:
-        if not model.quantize:
-            raise ValueError(
-                "The `int8` variant needs fake quantization on: pass a QatBert with "
-                "quantize=True. Received: quantize=False"
-            )
-        missing = model.uncalibrated_quantizers()
+                "`QuantizedModel.calibrated(model, batches)` (or a calibrated or QAT-trained "
+                "`quantize_model(model)`), or ask for `int8_ptq`. Received: a float "
+                + type(model).__name__)
+        missing = [q.path for q in activation_quantizers(quantized.model)
+                   if float(q.initialized.numpy()) < 0.5 and q.fixed_range is None]
         if missing:
             raise ValueError(
                 "The `int8` variant needs trained or calibrated activation ranges; "
                 f"{len(missing)} quantizers have none (first: {missing[0]}). Train the "
-                "QatBert or call `model.calibrate(batches)` first."
-            )
-    return model.emissions_model()  # a CRF tagger's tags are decoded outside the file
+                "model or call `calibrate_model(model, batches)` first.")
+        graphs["int8"] = emissions_model(quantized.model)
+    if any(v != "int8" for v in variants):
+        float_model = quantized.float_model() if quantized is not None else model
+        graphs["float"] = emissions_model(float_model)
+    return graphs
 
 
 def _check_sequence_length(sequence_length, max_sequence_length):
@@ -211,16 +209,18 @@ def _check_buckets(buckets, sequence_length):
         )
 
 
-def _convert_in_child(qat, examples, outputs, lengths):
-    """Saves `qat` (and the examples) and runs `_convert_worker.main` on them."""
+def _convert_in_child(graphs, examples, outputs, lengths):
+    """Saves the `graphs` (and the examples) and runs `_convert_worker.main` on them."""
     with tempfile.TemporaryDirectory(prefix="keras_attn_tflite_") as work:
-        model_path = os.path.join(work, "model.keras")
-        qat.save(model_path)
+        model_paths = {}
+        for kind, graph in graphs.items():
+            model_paths[kind] = os.path.join(work, f"{kind}.keras")
+            graph.save(model_paths[kind])
         data_path = None
         if examples is not None:
             data_path = os.path.join(work, "representative.npz")
             np.savez(data_path, **examples)
-        job = {"model_path": model_path, "data_path": data_path, "work_dir": work,
+        job = {"model_paths": model_paths, "data_path": data_path, "work_dir": work,
                "lengths": list(lengths), "variants": list(outputs), "outputs": outputs,
                "ptq_masked_score": PTQ_MASKED_SCORE}
         job_path = os.path.join(work, "job.json")

@@ -76,7 +76,7 @@ class KerasPredictor(Predictor):
 
     Args:
         model: a `BertClassifier` or `BertTokenClassifier` (or any model taking the three id
-            inputs and returning logits, e.g. a `QatBert`).
+            inputs and returning logits, e.g. a `quantize_model` copy).
         tokenizer: its `WordPieceTokenizer`.
         labels: its `LabelVocabulary`.
         task: `"classification"` or `"ner"`.

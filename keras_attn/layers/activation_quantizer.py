@@ -100,9 +100,9 @@ class ActivationQuantizer(keras.layers.Layer):
         self.mask_margin = float(mask_margin)
         self.masked_value = float(masked_value)
         self.quantize = quantize
-        # Set by `QatBert.calibrate`: update ranges in inference mode (no dropout).
+        # Set by `calibrate_model`: update ranges in inference mode (no dropout).
         self.calibrating = False
-        # Set by `QatBert.freeze_ranges` for export: the range as Python floats. The
+        # Set by `freeze_model_ranges` for export: the range as Python floats. The
         # TFLite converter turns a FakeQuant into int8 scales only when its min/max fold
         # to constants; variable reads did not always fold (measured: "FakeQuant... is
         # neither a custom op nor a flex op" from the second block on).

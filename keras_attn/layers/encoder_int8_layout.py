@@ -1,7 +1,7 @@
 """`EncoderInt8Layout`: the int8 layout of a Transformer block (post-LN as BERT's, pre-LN
 and causal as GPT's), fake-quantized for quantization-aware training, rounding where its int8
 TFLite file rounds. Mixed into `TransformerEncoderBlock` and `TransformerDecoderBlock` (their
-`quantization` setting) and `QatEncoderBlock`; each supplies its weights through
+`quantization` setting); each supplies its weights through
 `_int8_weights()`."""
 
 import math
@@ -286,18 +286,16 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         }
 
     def _int8_call(self, inputs, padding_mask, training=None, query_length=None,
-                   residual=None, return_residual=False, causal=False):
-        """The block's output `(B, q, H)` (`q = T` without `query_length`); see
-        `QatEncoderBlock` for `residual` and `return_residual`. `causal`: query `t` sees
-        keys `s <= t` only."""
+                   causal=False):
+        """The block's output `(B, q, H)` (`q = T` without `query_length`: the first `q`
+        query rows). `causal`: query `t` sees keys `s <= t` only."""
         if getattr(self, "norm_first", False):
             return self._pre_ln_call(inputs, padding_mask, training, causal)
         q, w = self.quantizers, self._int8_weights()
         H = inputs.shape[-1]
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        # What the first residual sum reads: the float output of the block before (see
-        # `residual`), or the input (float when the block rounds it itself).
-        residual = inputs if residual is None else residual  # (B, T, H)
+        # What the first residual sum reads: the input (float when the block rounds it).
+        residual = inputs  # (B, T, H)
         if self.input_quantizer is not None:
             inputs = self.input_quantizer(inputs, training=training)
         x = ops.reshape(inputs, (-1, H))  # (B*T, H), what the weight matmuls read
@@ -322,11 +320,7 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
                        self.layer_norm_epsilon, self.feedforward_layer_norm_quantizers,
                        training)
         x_int8 = q["feedforward_layer_norm_quantizer"](x, training=training)
-        outputs = ops.reshape(x_int8, (batch, rows, H))  # (B, q, H); q = T by default
-        if not return_residual:
-            return outputs
-        return outputs, (ops.reshape(x, (batch, rows, H)) if self.float_residual
-                         else outputs)
+        return ops.reshape(x_int8, (batch, rows, H))  # (B, q, H); q = T by default
 
     def _pre_ln_call(self, inputs, padding_mask, training, causal):
         """The pre-LN block (`norm_first`): `y = x + Attn(LN(x))`, `z = y + FFN(LN(y))`; the

@@ -5,6 +5,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.layers.validation import check_bool
 
 # `centered * inverse_std * gamma + beta` gets no quantizer before the output's: the
 # converter folds `* gamma + beta` away when gamma = 1 and beta = 0 (fresh weights),
@@ -61,16 +62,21 @@ class QuantizedLayerNormalization(keras.layers.LayerNormalization):
 
     Args:
         decay: float, EMA factor of the activation ranges.
+        quantize: bool, `False` computes the same ops in float, unrounded (the layout of a
+            float file). Defaults to `True`.
         **kwargs: `keras.layers.LayerNormalization` arguments (`axis=-1`).
     """
 
-    def __init__(self, decay=0.999, **kwargs):
+    def __init__(self, decay=0.999, quantize=True, **kwargs):
         super().__init__(**kwargs)
+        check_bool("quantize", quantize)
         if self.axis not in (-1, [-1]):
             raise ValueError("QuantizedLayerNormalization normalizes the last axis only. "
                              f"Received: axis={self.axis!r}")
         self.decay = decay
-        self.part_quantizers = layer_norm_quantizers("layer_norm", decay, True)
+        self.quantize = quantize
+        self.part_quantizers = layer_norm_quantizers("layer_norm", decay, True) if quantize \
+            else {}
 
     def build(self, input_shape):
         super().build(input_shape)
@@ -81,7 +87,8 @@ class QuantizedLayerNormalization(keras.layers.LayerNormalization):
     def call(self, inputs, training=None):
         gamma = 1.0 if self.gamma is None else self.gamma
         beta = 0.0 if self.beta is None else self.beta
-        return layer_norm(inputs, gamma, beta, self.epsilon, self.part_quantizers, training)
+        return layer_norm(inputs, gamma, beta, self.epsilon, self.part_quantizers or None,
+                          training)
 
     def get_config(self):
-        return {**super().get_config(), "decay": self.decay}
+        return {**super().get_config(), "decay": self.decay, "quantize": self.quantize}

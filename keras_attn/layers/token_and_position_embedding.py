@@ -163,22 +163,32 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 segment_ids = ops.zeros_like(token_ids)
             embedded = embedded + self.segment_embedding(segment_ids)  # (B, T, d)
             embedded = self._round("token_segment_quantizer", embedded, training)
-        positions = self.position_embedding(embedded, start_index=start_index)  # (B, T, d)
         if self.quantization is not None and self.quantization["quantize"]:
-            positions = self._quantized_positions(positions)
+            positions = self._quantized_positions(embedded, start_index)  # (B, T, d)
+        else:
+            positions = self.position_embedding(embedded, start_index=start_index)
         outputs = embedded + ops.cast(positions, embedded.dtype)  # (B, T, d)
         return self._round("output_quantizer", outputs, training)
 
     def _round(self, name, x, training):
         return self.quantizers[name](x, training=training) if name in self.quantizers else x
 
-    def _quantized_positions(self, positions):
+    def _quantized_positions(self, embedded, start_index):
         """The position rows at the one int8 scale of the whole table (the file stores the
-        table, sinusoidal or learned, as one int8 constant)."""
+        table, sinusoidal or learned, as one int8 constant). A learned table is rounded
+        whole, then sliced: with frozen ranges the rounding is of a constant, which graph
+        converters fold even when the length is dynamic (an ONNX file's)."""
+        if self.position_encoding != "learned":
+            positions = self.position_embedding(embedded, start_index=start_index)
+            return fake_quantize_weight(positions, bound=self.frozen_position_bound)
+        table = self.position_embedding.embeddings  # (P, d)
         bound = self.frozen_position_bound
-        if bound is None and self.position_encoding == "learned":
-            bound = ops.maximum(ops.max(ops.abs(self.position_embedding.embeddings)), 1e-8)
-        return fake_quantize_weight(positions, bound=bound)
+        if bound is None:
+            bound = ops.maximum(ops.max(ops.abs(table)), 1e-8)
+        table = ops.cast(fake_quantize_weight(table, bound=bound), embedded.dtype)
+        shape = ops.shape(embedded)
+        rows = ops.slice(table, (start_index, 0), (shape[1], table.shape[-1]))  # (T, d)
+        return ops.broadcast_to(rows[None], (shape[0], shape[1], table.shape[-1]))
 
     def freeze_weight_ranges(self, frozen=True):
         """The tables' bounds as constants of the traced graph (export) or computed

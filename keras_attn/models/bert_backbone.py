@@ -235,7 +235,7 @@ def encode(blocks, x, padding_mask, cls_state=True, sequence_output=True):
     call of the block with one query (`query_length=1`, same weights, same values). A model
     that uses only `pooled_output` (a classifier) then never computes the other `T - 1`
     rows of the last block: graph compilers (tf.function, XLA, the TFLite converter) drop
-    the unused branch, and `QatBert` builds only that branch.
+    the unused branch.
 
     Args:
         blocks: the encoder blocks, first to last (`TransformerEncoderBlock`s, or any

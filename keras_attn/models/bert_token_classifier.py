@@ -135,7 +135,8 @@ class BertTokenClassifier(ModelConfig, keras.Model):
 def crf_loss(model, y, y_pred, sample_weight=None):
     """The CRF tagger's loss: `-mean_b log p(y_b | logits_b)` over the positions labelled
     other than `-100` (or `-sum_b w_b log p(...)` with a `(B,)` `sample_weight`), plus the
-    model's own losses. Shared by `BertTokenClassifier` and its QAT twin (`QatBert`).
+    model's own losses. Shared by `BertTokenClassifier` and its `quantize_model` copy
+    (`CrfTaggerCopy`).
 
     Args:
         model: a model with a `crf` layer and `losses`.

@@ -1,19 +1,17 @@
 """Int8 quantization: the `QuantizationRecipe`, the quantize stage
 (`keras_attn.quantization.quantize_stage.quantize_run`, `keras-attn quantize RUN`; not
 imported here: it runs the trainer, which reads the recipe) and quantization-aware training
-(QAT) of BERT models (`QatBert`) and of functional or Sequential models of Keras layers
-(`quantize_model`) for full-integer TFLite export: fake int8 quantization
-(`keras.quantizers.fake_quant_with_min_max_vars`) of every tensor the int8 graph stores, in
-the layout the TFLite int8 kernels want."""
+(QAT) of functional or Sequential Keras models of Keras and keras-attn layers, our task
+models included (`quantize_model`, `QuantizedModel`), for full-integer TFLite export: fake
+int8 quantization (`keras.quantizers.fake_quant_with_min_max_vars`) of every tensor the
+int8 graph stores, in the layout the TFLite int8 kernels want."""
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
+from keras_attn.quantization.crf_tagger_copy import CrfTaggerCopy
 from keras_attn.quantization.dequantize_model import dequantize_model
-from keras_attn.quantization.qat_bert import QatBert
-from keras_attn.quantization.qat_embeddings import QatEmbeddings
-from keras_attn.quantization.qat_encoder_block import QatEncoderBlock
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
@@ -21,9 +19,7 @@ from keras_attn.quantization.quantized_model import QuantizedModel
 
 __all__ = [
     "ActivationQuantizer",
-    "QatBert",
-    "QatEmbeddings",
-    "QatEncoderBlock",
+    "CrfTaggerCopy",
     "QuantizedDense",
     "QuantizedEmbedding",
     "QuantizedLayerNormalization",

@@ -9,6 +9,7 @@ from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
+from keras_attn.quantization.crf_tagger_copy import with_crf_loss
 from keras_attn.quantization.quantize_model import BLOCKS
 from keras_attn.quantization.quantize_model import copy_by_path
 from keras_attn.quantization.quantize_model import copy_weight
@@ -41,8 +42,8 @@ def dequantize_model(qat):
     graph = _FloatGraph()
     model = keras.models.clone_model(qat, clone_function=graph.clone,
                                      call_function=graph.call, recursive=True)
-    _copy_weights(qat, model)
-    return model
+    copy_float_weights(qat, model)
+    return with_crf_loss(model)
 
 
 class _FloatGraph:
@@ -59,7 +60,7 @@ class _FloatGraph:
         if isinstance(layer, QuantizedEmbedding):
             return keras.layers.Embedding(**config)
         if isinstance(layer, QuantizedLayerNormalization):
-            del config["decay"]
+            del config["decay"], config["quantize"]
             return keras.layers.LayerNormalization(**config)
         if isinstance(layer, TiedEmbeddingLogits):
             clone = next(clone for original, clone in self.embeddings
@@ -78,13 +79,15 @@ class _FloatGraph:
         return layer(*args, **kwargs)
 
 
-def _copy_weights(qat, model):
+def copy_float_weights(qat, model):
+    """Copies the weights of a `quantize_model` copy `qat` to its float model `model` (a
+    `dequantize_model` of it), the feed-forward channels in their float order."""
     for layer in model.layers:
         if not layer.weights or isinstance(layer, TiedEmbeddingLogits):
             continue  # a tied head reads its embedding's table
         source = qat.get_layer(layer.name)
         if isinstance(layer, keras.Model):
-            _copy_weights(source, layer)
+            copy_float_weights(source, layer)
         elif isinstance(layer, BLOCKS + (TokenAndPositionEmbedding,)):
             _copy_float_order(source, layer)
         elif isinstance(source, QuantizedDense):

@@ -8,7 +8,7 @@ calibrated model loses at most `max_drop` points against the float model.
     stop:   at the first k with  m_float - m_k <= max_drop  (k = 0: the recipe as it is)
 
 The metric is the task's (accuracy or strict entity F1, in points) of the calibrated Keras
-model with frozen ranges, which computes what its int8 file computes (`QatEncoderBlock`),
+model with frozen ranges, which computes what its int8 file computes (`EncoderInt8Layout`),
 on held-out examples: the run's dev split (without one, training examples the calibration
 did not use), never the test split. The greedy order is the
 one the LiteRT / AI Edge quantizer's per-op error report and OpenVINO's accuracy-aware
@@ -36,7 +36,7 @@ def quantization_budget(model, rows, score, max_drop, log=None):
     `max_drop` points, and the record of the search.
 
     Args:
-        model: a calibrated `QuantizedModel` or `QatBert` (the recipe; not changed).
+        model: a calibrated `QuantizedModel` (the recipe; not changed).
         rows: `quantization_sensitivity(model, ...)` rows (the order ops move in), or a
             callable returning them, called only if the recipe misses the budget.
         score: callable `model -> metric` in [0, 1] on the held-out examples
@@ -101,7 +101,7 @@ def _step(float_ops, metric, float_metric, size_cost_bytes=0):
 
 
 def held_out_score(examples, length, labels, tagger, crf=None):
-    """`QatBert -> metric` (accuracy, or strict entity F1 for a tagger) on encoded examples
+    """`QuantizedModel -> metric` (accuracy, or strict entity F1 for a tagger) on encoded examples
     (`RunDirectory.examples("dev", length)`), at the export's fixed `length`; a CRF
     tagger's emissions are decoded with `crf` (the float model's `CRF` layer), as the export
     decodes its files'."""

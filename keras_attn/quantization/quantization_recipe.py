@@ -43,7 +43,7 @@ class QuantizationRecipe:
 
     Attributes:
         float_residual: keep the residual sums and LayerNorm internals in float
-            (`QatBert(float_residual=True)`): `model_int8.tflite` runs ADD and LayerNorm in
+            (`quantize_model(float_residual=True)`): `model_int8.tflite` runs ADD and LayerNorm in
             float, and the ops XNNPACK has no int8 kernel for (attention products, softmax,
             GELU) too (`keras_attn.export.tflite_float_ops`); every weight matmul in int8.
         feedforward_float_channels: with `float_residual`, the widest feed-forward hidden
@@ -142,7 +142,7 @@ class QuantizationRecipe:
         return cls(**{"float_residual": False, "feedforward_float_channels": 0, **changes})
 
     def layout(self):
-        """The arguments that shape the QAT model (`QatBert.from_float(**layout)`)."""
+        """The arguments that shape the QAT model (`quantize_model(model, **layout)`)."""
         return {"float_residual": self.float_residual,
                 "feedforward_float_channels": self.feedforward_float_channels}
 

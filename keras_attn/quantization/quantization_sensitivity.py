@@ -1,11 +1,11 @@
 """How much int8 error each op of a calibrated model adds on its own.
 
-For a `QatBert` twin, `quantization_sensitivity` runs the same inputs with every op in
-float (the float arithmetic of the twin, equal to the float model), with the recipe (its
-own `float_ops` float, the rest int8), and with only one op int8 at a time: the embeddings,
+For a calibrated `QuantizedModel`, `quantization_sensitivity` runs the same inputs with every
+op in float (its float model), with the recipe (its own `float_ops` float, the rest int8),
+and with only one op int8 at a time: each op `model_quantization_ops` names (an embedding,
 each weight matmul of each block (`qkv`, `attention_output`, `intermediate`,
-`feedforward_output`, each with the rounding of its input and output), the pooler and the
-output layer (`QatBert.quantization_ops`). Each row compares that run's logits with the
+`feedforward_output`, each with the rounding of its input and output), a `Dense` such as
+the pooler and the output layer). Each row compares that run's logits with the
 float run's:
 
     SNR_dB = 10 log10( sum(z_float^2) / sum((z_op - z_float)^2) )
@@ -17,12 +17,14 @@ and a picture), and an int8 accuracy budget moves ops to float in this order
 (`quantization_budget`), as the LiteRT / AI Edge quantizer's per-op error report and
 OpenVINO's accuracy-aware quantization do.
 
-The runs use the model's frozen ranges (`QatBert.freeze_ranges`: the roundings of the
+The runs use the model's frozen ranges (`QuantizedModel.freeze_ranges`: the roundings of the
 int8 file, biases included).
 """
 
 import keras
 import numpy as np
+
+from keras_attn.quantization.quantize_model import model_inputs
 
 SENSITIVITY_EXAMPLES = 128  # calibration examples the export measures on
 
@@ -32,24 +34,25 @@ def quantization_sensitivity(model, batches):
     first, then one per int8 op of the recipe, most sensitive (lowest SNR) first.
 
     Args:
-        model: a calibrated `QatBert` or `QuantizedModel` (not changed).
-        batches: list of model inputs (a `QatBert`'s: dicts of the three id inputs; a CRF
-            model's `label_mask` defaults to the padding mask).
+        model: a calibrated `QuantizedModel` (not changed).
+        batches: list of model inputs (a CRF tagger's `label_mask` defaults to the padding
+            mask, `model_inputs`).
 
     Returns:
         list of dicts.
 
     Example:
-    >>> from keras_attn.quantization.qat_bert import QatBert
-    >>> qat = QatBert(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8,
-    ...               intermediate_dim=16, max_sequence_length=8, num_outputs=3,
-    ...               float_residual=True)
+    >>> from keras_attn.models import BertBackbone, BertClassifier
+    >>> from keras_attn.quantization import QuantizedModel
+    >>> backbone = BertBackbone(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8,
+    ...                         intermediate_dim=16, max_sequence_length=8)
     >>> x = {"token_ids": np.array([[2, 5, 9, 3]]), "segment_ids": np.zeros((1, 4), "int32"),
     ...      "padding_mask": np.ones((1, 4), "int32")}
-    >>> qat.calibrate([x])
+    >>> qat = QuantizedModel.calibrated(BertClassifier(backbone, num_classes=3), [x],
+    ...                                 float_residual=True)
     >>> rows = quantization_sensitivity(qat, [x])
-    >>> [r["op"] for r in rows][0], len(rows)
-    ('all', 8)
+    >>> [r["op"] for r in rows][0], len(rows) == 1 + len(qat.quantization_ops())
+    ('all', True)
     """
     names = model.quantization_ops()
     reference = logits_of(model.with_quantization(False), batches)
@@ -63,28 +66,17 @@ def quantization_sensitivity(model, batches):
 
 
 def logits_of(model, batches):
-    """The float64 logits (a CRF model's emissions) per batch of a `QatBert` or
-    `QuantizedModel` with frozen ranges (left frozen), or of a float model."""
+    """The float64 logits (a CRF model's emissions) per batch of a `QuantizedModel` with
+    frozen ranges (left frozen), or of a float model."""
     if hasattr(model, "freeze_ranges"):
         model.freeze_ranges()
     outputs = []
     for x in batches:
-        out = model(_model_inputs(model, x), training=False)
+        out = model(model_inputs(model, x), training=False)
         if isinstance(out, dict):
             out = out["logits"]
         outputs.append(keras.ops.convert_to_numpy(out).astype("float64"))
     return outputs
-
-
-def _model_inputs(model, x):
-    """A `QatBert`'s three id inputs (and a CRF model's `label_mask`: the padding mask);
-    any other model's inputs as given."""
-    if not hasattr(model, "use_crf"):
-        return x
-    inputs = {k: v for k, v in x.items() if k in ("token_ids", "segment_ids", "padding_mask")}
-    if model.use_crf:
-        inputs["label_mask"] = inputs["padding_mask"]
-    return inputs
 
 
 def _compare(name, outputs, reference, batches):

@@ -47,6 +47,7 @@ from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_bool
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
+from keras_attn.quantization.crf_tagger_copy import with_crf_loss
 from keras_attn.quantization.quantization_ops import check_float_ops
 
 # Keras layers whose int8 output has their input's scale (TFLite keeps it): no quantizer.
@@ -110,16 +111,28 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999,
             "`float_ops` needs `float_residual=True`: an all-int8 file is calibrated by the "
             "converter wherever QAT left a tensor float, so the ops would be int8 anyway. "
             f"Received: float_ops={list(float_ops)!r}, float_residual=False")
+    return quantized_copy(model, weight_quantization, decay, float_residual,
+                          feedforward_float_channels, float_ops)
+
+
+def quantized_copy(model, weight_quantization="per_channel", decay=0.999,
+                   float_residual=False, feedforward_float_channels=0, float_ops=()):
+    """`quantize_model` without its one file check: `float_ops` are float in the Keras
+    model also without `float_residual` (what `quantization_sensitivity` measures of an
+    all-int8 model, whose file would still round them: the converter calibrates them)."""
+    if isinstance(model, keras.Sequential):
+        model = keras.Model(model.inputs, model.outputs, name=model.name)
+    float_ops = check_float_ops(float_ops, model_quantization_ops(model))
     graph = _Int8Graph(weight_quantization, decay, float_residual, feedforward_float_channels,
                        float_ops)
     qat = keras.models.clone_model(model, clone_function=graph.clone, call_function=graph.call,
                                    recursive=True)
-    _copy_weights(model, qat)
+    copy_model_weights(model, qat)
     unknown = float_layers(qat)
     if unknown:
         warnings.warn(f"quantize_model keeps {len(unknown)} layer(s) in float, unquantized "
-                      f"(not a layer it knows): {', '.join(unknown)}", stacklevel=2)
-    return qat
+                      f"(not a layer it knows): {', '.join(unknown)}", stacklevel=3)
+    return with_crf_loss(qat)
 
 
 def model_quantization_ops(model):
@@ -132,7 +145,7 @@ def model_quantization_ops(model):
     for layer in model.layers:
         if _nested(layer):
             names += model_quantization_ops(layer)
-        elif _quantizable_block(layer) or _quantized(layer, BLOCKS):
+        elif quantizable_block(layer) or _quantized(layer, BLOCKS):
             names += [f"{layer.name}/{matmul}" for matmul in MATMULS]
         elif isinstance(layer, (keras.layers.Dense, keras.layers.Embedding, QuantizedDense,
                                 TokenAndPositionEmbedding, TiedEmbeddingLogits)):
@@ -150,7 +163,7 @@ def float_layers(model):
     for layer in model.layers:
         if _nested(layer):
             names += [f"{layer.name}/{name}" for name in float_layers(layer)]
-        elif not (isinstance(layer, known) or _quantizable_block(layer)
+        elif not (isinstance(layer, known) or quantizable_block(layer)
                   or _quantized(layer, BLOCKS)):
             names.append(layer.name)
     return names
@@ -161,7 +174,7 @@ def _nested(layer):
     return isinstance(layer, keras.Model) and hasattr(layer, "inputs") and bool(layer.inputs)
 
 
-def _quantizable_block(layer):
+def quantizable_block(layer):
     """A float block that has an int8 layout (an encoder block, a decoder-only block)."""
     return (isinstance(layer, BLOCKS) and layer.quantization is None
             and getattr(layer, "cross_attention", None) is None)
@@ -213,12 +226,14 @@ class _Int8Graph:
                                   weight_quantization=self.weight_quantization, decay=decay,
                                   quantize=int8, name=layer.name)
         if isinstance(layer, keras.layers.LayerNormalization) and layer.axis in (-1, [-1]) \
-                and not isinstance(layer, QuantizedLayerNormalization) and not float_residual:
-            return QuantizedLayerNormalization(decay=decay, **layer.get_config())
+                and not isinstance(layer, QuantizedLayerNormalization):
+            # With a float residual stream: in float, with the ops of the int8 layout.
+            return QuantizedLayerNormalization(decay=decay, quantize=not float_residual,
+                                               **layer.get_config())
         if isinstance(layer, keras.layers.Embedding) and not isinstance(
                 layer, QuantizedEmbedding) and int8:
             return QuantizedEmbedding(**layer.get_config())
-        if _quantizable_block(layer):
+        if quantizable_block(layer):
             return layer.__class__.from_config({**layer.get_config(), "quantization": {
                 "weight_quantization": self.weight_quantization, "decay": decay,
                 "float_residual": float_residual, "quantize_output": not float_residual,
@@ -313,13 +328,15 @@ def _activation(dense):
     return None if name == "linear" else dense.activation
 
 
-def _copy_weights(model, qat):
+def copy_model_weights(model, qat):
+    """Copies the weights of `model` to its `clone_model` copy `qat` (layers by name,
+    nested models too; blocks and embeddings by weight path)."""
     for layer in model.layers:
         if not layer.weights:
             continue
         target = qat.get_layer(layer.name)
         if _nested(layer):
-            _copy_weights(layer, target)
+            copy_model_weights(layer, target)
         elif isinstance(target, TiedEmbeddingLogits):
             continue  # it reads the copied token table
         elif isinstance(target, BLOCKS + (TokenAndPositionEmbedding,)):
@@ -388,7 +405,7 @@ def _calibrating_passes(model, batches, only_uncalibrated=False):
         quantizer.calibrating = True
     try:
         for batch in batches:
-            model(batch, training=False)
+            model(model_inputs(model, batch), training=False)
     finally:
         for quantizer in quantizers:
             quantizer.calibrating = False
@@ -419,6 +436,42 @@ def _sort_feedforward_channels(model, batches):
         for variable, value in zip((quantizer.min_value, quantizer.max_value,
                                     quantizer.initialized), values):
             variable.assign(value)
+
+
+def max_sequence_length(model):
+    """The longest input `model` has positions for (a backbone's `max_sequence_length`, or
+    the rows of a `TokenAndPositionEmbedding`'s position table), or `None` without one."""
+    for layer in model._flatten_layers(include_self=False):
+        length = getattr(layer, "max_sequence_length", None)
+        if isinstance(layer, TokenAndPositionEmbedding):
+            length = layer.sequence_length
+        if isinstance(length, int):
+            return length
+    return None
+
+
+def model_layout(model):
+    """`{"float_residual", "feedforward_float_channels"}` of a `quantize_model` copy: the
+    settings its encoder blocks were laid out with (the first block's; `False` and `0`
+    without a block)."""
+    for layer in model._flatten_layers(include_self=False):
+        if _quantized(layer, BLOCKS):
+            return {"float_residual": bool(layer.float_residual),
+                    "feedforward_float_channels": int(layer.feedforward_float_channels)}
+    return {"float_residual": False, "feedforward_float_channels": 0}
+
+
+def model_inputs(model, x):
+    """`x` as `model` takes it: a dict batch keeps the inputs the model has, and a
+    `label_mask` it lacks (a CRF tagger's: only the decoding of the tags reads it) is its
+    `padding_mask`; any other batch as it is."""
+    names = getattr(model, "model", model).input
+    if not isinstance(x, dict) or not isinstance(names, dict):
+        return x
+    inputs = {name: value for name, value in x.items() if name in names}
+    if "label_mask" in names and "label_mask" not in inputs and "padding_mask" in x:
+        inputs["label_mask"] = x["padding_mask"]
+    return inputs
 
 
 def freeze_model_ranges(model, frozen=True):

@@ -3,24 +3,26 @@ tagger included) into a quantization-aware (QAT) run directory, which `keras-att
 converts to `model_int8.tflite`.
 
 With the default `QuantizationRecipe` (the measured best) the stage only calibrates: it
-builds the `QatBert` twin of the run's model (`QatBert.from_float`) and sets its activation
-ranges from the inference-mode min/max of training examples. With `qat_epochs > 0` it
-fine-tunes that twin with `keras-attn train`'s public entry point, continuing the float run
+makes the quantization-aware copy of the run's model (`quantize_model` with the recipe's
+layout, a `QuantizedModel`) and sets its activation ranges from the inference-mode min/max of
+training examples; the ops an int8 budget moved to float are recorded in `metrics.json`
+(`float_ops`), so the export stage rebuilds the same `QuantizedModel`. With `qat_epochs > 0` it
+fine-tunes that copy with `keras-attn train`'s public entry point, continuing the float run
 (`model.checkpoint=RUN`, `model.quantization_aware=true`). Either way the output is a run
 directory like any other (`docs/pipeline.md`); its `lineage.json` names the float run and the
 recipe. Running it again reuses a finished output made with the same recipe. A CRF tagger's
-twin keeps its CRF (float) and fine-tunes through the CRF loss.
+copy keeps its CRF (float) and fine-tunes through the CRF loss.
 """
 
 
 from keras_attn import atomic_files
-from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.quantization_budget import held_out_examples
 from keras_attn.quantization.quantization_budget import held_out_score
 from keras_attn.quantization.quantization_budget import quantization_budget
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantization_sensitivity import SENSITIVITY_EXAMPLES
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
+from keras_attn.quantization.quantized_model import QuantizedModel
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
 from keras_attn.runs.run_directory import lineage_of
@@ -33,7 +35,7 @@ from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import task_spec
 from keras_attn.training.trainer import train
 
-__all__ = ["quantize_run"]
+__all__ = ["calibration_batches", "quantize_run", "quantized_run_model"]
 
 
 def quantize_run(run_dir, output_dir, recipe=None, sequence_length=None, log=None):
@@ -114,15 +116,32 @@ def _qat_config(source, output, config, recipe, length):
                                 f"training: {error}") from None
 
 
-def _calibrate(source, output, config, recipe, length, log):
-    """The calibrated twin: activation ranges from a seeded sample of the run's training
+def calibration_batches(source, recipe, length):
+    """The calibration inputs of a run's QAT model: a seeded sample of the run's training
     examples (`RunDirectory.examples(..., sample=)`), `CALIBRATION_BATCH` at a time."""
     sample = source.examples("train", length, sample=recipe.calibration_examples)
-    batches = [id_inputs(sample[start:start + CALIBRATION_BATCH], length)
-               for start in range(0, len(sample), CALIBRATION_BATCH)]
-    qat = QatBert.from_float(source.load_model(), **recipe.layout())
-    qat.calibrate(batches)
-    log(f"QAT model calibrated on {len(sample)} training examples, no fine-tuning -> "
+    return [id_inputs(sample[start:start + CALIBRATION_BATCH], length)
+            for start in range(0, len(sample), CALIBRATION_BATCH)]
+
+
+def quantized_run_model(qat_run, recipe, batches):
+    """The `QuantizedModel` of a QAT run: its `model.keras` with the recipe's layout, the
+    float ops its budget chose (`metrics.json`) and `batches` to calibrate what a later
+    budget step adds."""
+    return QuantizedModel(qat_run.load_model(), batches,
+                          qat_run.metrics().get("float_ops", ()), **recipe.layout())
+
+
+def _finish(output, qat, metrics):
+    output.write_finish(qat.model, {**metrics, "float_ops": list(qat.float_ops)})
+
+
+def _calibrate(source, output, config, recipe, length, log):
+    """The calibrated copy (`calibration_batches`)."""
+    batches = calibration_batches(source, recipe, length)
+    qat = QuantizedModel.calibrated(source.load_model(), batches, **recipe.layout())
+    count = sum(len(batch["token_ids"]) for batch in batches)
+    log(f"QAT model calibrated on {count} training examples, no fine-tuning -> "
         f"{output.path}")
     qat, budget = _within_budget(source, qat, recipe, length, batches, log)
     output.write_start(_qat_config(source, output, config, recipe, length),
@@ -130,9 +149,8 @@ def _calibrate(source, output, config, recipe, length, log):
                        lineage_of(str(source.path.resolve()), recipe.to_dict()))
     for name in ("vocab.txt", "labels.txt"):
         atomic_files.copy_file(source.file(name), output.path / name)
-    output.write_finish(qat, {"task": config.task, "quantization": recipe.to_dict(),
-                              "calibration_examples": len(sample), "sequence_length": length,
-                              **budget})
+    _finish(output, qat, {"task": config.task, "quantization": recipe.to_dict(),
+                          "calibration_examples": count, "sequence_length": length, **budget})
 
 
 def _fine_tune(source, output, config, recipe, length, log):
@@ -143,9 +161,10 @@ def _fine_tune(source, output, config, recipe, length, log):
           quantization=recipe)
     if recipe.max_accuracy_drop is not None:  # the fine-tuned model, within the budget
         sample = source.examples("train", length, sample=SENSITIVITY_EXAMPLES)
-        qat, budget = _within_budget(source, output.load_model(), recipe, length,
-                                     [id_inputs(sample, length)], log)
-        output.write_finish(qat, {**output.metrics(), **budget})
+        batches = [id_inputs(sample, length)]
+        qat, budget = _within_budget(source, quantized_run_model(output, recipe, batches),
+                                     recipe, length, batches, log)
+        _finish(output, qat, {**output.metrics(), **budget})
 
 
 def _within_budget(source, qat, recipe, length, batches, log):

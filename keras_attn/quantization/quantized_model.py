@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
+from keras_attn.quantization.dequantize_model import copy_float_weights
 from keras_attn.quantization.dequantize_model import dequantize_model
 from keras_attn.quantization.quantization_ops import check_float_ops
 from keras_attn.quantization.quantize_model import calibrate_model
@@ -24,6 +25,7 @@ from keras_attn.quantization.quantize_model import copy_weight
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 from keras_attn.quantization.quantize_model import model_quantization_ops
 from keras_attn.quantization.quantize_model import quantize_model
+from keras_attn.quantization.quantize_model import quantized_copy
 
 # The kernels of a block's weight matmuls (`EncoderInt8Layout`), by matmul name.
 _MATMUL_KERNELS = {"qkv": "qkv_kernel", "attention_output": "output_kernel",
@@ -72,17 +74,30 @@ class QuantizedModel:
         calibrate_model(qat, batches)
         return cls(qat, batches, float_ops, **settings)
 
+    def calibrate(self, batches):
+        """Sets the ranges from `batches` (`calibrate_model`), which a budget's variants
+        then calibrate the quantizers they add on."""
+        self.batches = list(batches)
+        calibrate_model(self.model, self.batches)
+
     def __call__(self, inputs, training=False):
         return self.model(inputs, training=training)
+
+    def get_layer(self, name):
+        """The layer `name` of the model, nested models (a task model's backbone) included."""
+        return _layer_named(self.model, name)
 
     def quantization_ops(self):
         """The ops `float_ops` can name (`model_quantization_ops`), in graph order."""
         return model_quantization_ops(self.model)
 
     def float_model(self):
-        """The float model with this copy's weights (`dequantize_model`), made once."""
+        """The float model with this copy's weights as they are now (`dequantize_model`,
+        made once, its weights copied again at each call)."""
         if self._float_model is None:
             self._float_model = dequantize_model(self.model)
+        else:
+            copy_float_weights(self.model, self._float_model)
         return self._float_model
 
     def with_quantization(self, quantize):
@@ -96,7 +111,7 @@ class QuantizedModel:
         float_ops = check_float_ops(float_ops, self.quantization_ops())
         with warnings.catch_warnings():  # its unknown layers were named when it was made
             warnings.simplefilter("ignore", UserWarning)
-            model = quantize_model(self.float_model(), float_ops=float_ops, **self.settings)
+            model = quantized_copy(self.float_model(), float_ops=float_ops, **self.settings)
         copy_matching_weights(self.model, model)
         if _uncalibrated(model):
             calibrate_model(model, self.batches, only_uncalibrated=True)

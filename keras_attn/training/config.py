@@ -126,9 +126,9 @@ class ModelSection(_Section):
     dropout: float = setting(0.1, minimum=0.0, maximum=0.9,
                              help="dropout of the task head (and backbone if scratch)")
     use_crf: bool = setting(False, help="ner: CRF on top of the token logits")
-    quantization_aware: bool = setting(False, help="train the QatBert twin of the model (fake "
-                                                   "int8 quantization), usually from a trained "
-                                                   "run")
+    quantization_aware: bool = setting(False, help="train the quantization-aware copy of the "
+                                                   "model (quantize_model: fake int8 "
+                                                   "quantization), usually from a trained run")
     float_residual: bool = setting(recipe_default("float_residual"),
                                    help="quantization_aware: " + recipe_help("float_residual"))
     feedforward_float_channels: int = setting(

@@ -13,8 +13,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import atomic_files
-from keras_attn.quantization.qat_bert import QatBert
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.quantization.quantize_model import activation_quantizers
+from keras_attn.quantization.quantize_model import calibrate_model
+from keras_attn.quantization.quantize_model import model_layout
+from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.runs.overwrite_guard import check_train_output
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import lineage_of
@@ -362,15 +365,15 @@ class Trainer:
         return model, optimizer
 
     def _quantization_aware(self, model, task):
-        if isinstance(model, QatBert):  # a QAT run continued stays as it is
+        if activation_quantizers(model):  # a QAT run continued stays as it is
             _check_continued_qat_model(model, self.config)
         else:
-            model = QatBert.from_float(model, **self.quantization.layout())
+            model = quantize_model(model, **self.quantization.layout())
             # Start the ranges from inference-mode min/max over a few training batches
             # (what the quantize stage's calibration does): an EMA started from one dropout
             # batch clipped MiniLM's outlier activations (docs/export.md).
             count = self.quantization.calibration_examples
-            model.calibrate(task.input_batches(count))
+            calibrate_model(model, task.input_batches(count))
             self.log(f"QAT activation ranges calibrated on "
                      f"{min(count, len(task.train_examples))} training examples "
                      "(inference mode)")
@@ -488,8 +491,10 @@ class Trainer:
 def _check_continued_qat_model(model, config):
     """A continued QAT run keeps its quantizer layout; a config asking for another is an error
     rather than silently ignored (its activation ranges were calibrated for that layout)."""
-    differences = model.layout_differences(config.model.float_residual,
-                                           config.model.feedforward_float_channels)
+    asked = {"float_residual": config.model.float_residual,
+             "feedforward_float_channels": config.model.feedforward_float_channels}
+    differences = [(key, found, asked[key]) for key, found in model_layout(model).items()
+                   if found != asked[key]]
     if differences:
         key, found, asked = differences[0]
         raise ConfigError(

@@ -11,7 +11,8 @@ import numpy as np
 from keras_attn.checkpoints.hf_bert import load_hf_bert
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.xlnet_backbone import XLNetBackbone
-from keras_attn.quantization.qat_bert import QatBert
+from keras_attn.quantization.quantize_model import activation_quantizers
+from keras_attn.quantization.quantize_model import max_sequence_length
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import TokenizerSettings
 from keras_attn.runs.run_directory import continued_run
@@ -253,18 +254,20 @@ class BertTask(Task):
                       **expected):
         """A trained run's task model: a `model_class` with `num_outputs` classes or tags
         (`None`: a model without label outputs, e.g. `BertMaskedLM`) and attributes equal to
-        `expected`, or the `QatBert` (with that `head`) of a quantization-aware run; its
-        input length must cover `data.max_length`. `hint` ends the error for a model of
-        another class. `None` when `model.checkpoint` is not a run directory."""
+        `expected`, or the `quantize_model` copy (with that `head`) of a quantization-aware
+        run; its input length must cover `data.max_length`. `hint` ends the error for a model
+        of another class. `None` when `model.checkpoint` is not a run directory."""
         run = self.trained_run()
         if run is None:
             return None
         model = run.load_model(compile=True)
         source = f"model.checkpoint={self.config.model.checkpoint}"
-        if isinstance(model, QatBert):
-            found = {"head": model.head, "num_outputs": model.num_outputs}
+        if activation_quantizers(model):
+            logits = model.output["logits"] if isinstance(model.output, dict) else model.output
+            found = {"head": "token_classification" if len(logits.shape) == 3
+                     else "classification", "num_outputs": logits.shape[-1]}
             wanted = {"head": head, "num_outputs": num_outputs}
-            limit = model.max_sequence_length
+            limit = max_sequence_length(model)
         elif isinstance(model, model_class):
             found = {k: getattr(model, k) for k in expected}
             wanted = dict(expected)
