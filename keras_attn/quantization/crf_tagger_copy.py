@@ -30,6 +30,10 @@ class CrfTaggerCopy(keras.Model):
     ('CrfTaggerCopy', 'crf')
     """
 
+    def __init__(self, inputs, outputs, name=None, **kwargs):
+        # Functional's own arguments: Keras saves and revives it as a functional model.
+        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
+
     @property
     def crf(self):
         """The CRF layer (its transitions score the tag sequences)."""
