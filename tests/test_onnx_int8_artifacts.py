@@ -103,7 +103,7 @@ def test_qdq_file_computes_the_twins_logits(per_channel, tmp_path, weight_quanti
         assert np.abs(out - reference).max() <= QDQ_LOGIT_STEPS * logit_step(qat)
         assert (out.argmax(-1) == reference.argmax(-1)).all()
     # The twin's quantization is not a no-op at this scale: the float model differs more.
-    float_logits = keras.ops.convert_to_numpy(qat.with_quantization(False)(x))
+    float_logits = keras.ops.convert_to_numpy(qat.float_model()(x))
     assert np.abs(float_logits - reference).max() > QDQ_LOGIT_STEPS * logit_step(qat)
 
 

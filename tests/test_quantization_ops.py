@@ -8,7 +8,7 @@ from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.models import BertBackbone
 from keras_attn.models import BertClassifier
 from keras_attn.quantization import QuantizedModel
-from keras_attn.quantization.quantize_model import activation_quantizers
+from keras_attn.quantization.model_queries import activation_quantizers
 
 pytestmark = pytest.mark.tensorflow
 

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 import pytest
 
+from keras_attn.quantization.model_queries import activation_quantizers
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
-from keras_attn.quantization.quantize_model import activation_quantizers
 from tests.quantized_bert import quantized_bert
 
 pytestmark = pytest.mark.tensorflow

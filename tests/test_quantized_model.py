@@ -8,10 +8,10 @@ import pytest
 
 from keras_attn.layers import TokenAndPositionEmbedding
 from keras_attn.layers import TransformerEncoderBlock
+from keras_attn.quantization.model_queries import activation_quantizers
 from keras_attn.quantization.quantization_budget import cost_order
 from keras_attn.quantization.quantization_budget import quantization_budget
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
-from keras_attn.quantization.quantize_model import activation_quantizers
 from keras_attn.quantization.quantized_model import QuantizedModel
 
 pytestmark = pytest.mark.tensorflow

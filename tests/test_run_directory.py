@@ -9,9 +9,9 @@ import pytest
 from keras_attn.cli import main
 from keras_attn.inference.predictor import PredictorError
 from keras_attn.inference.predictor import load_predictor
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import model_layout
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.quantization.quantize_model import activation_quantizers
-from keras_attn.quantization.quantize_model import model_layout
 from keras_attn.quantization.quantize_stage import quantize_run
 from keras_attn.runs import run_directory
 from keras_attn.runs.run_directory import Lineage

@@ -15,13 +15,13 @@ from ai_edge_litert.interpreter import OpResolverType
 
 from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_report import report_markdown
-from keras_attn.export.model_int8_tflite import float_residual_model
 from keras_attn.export.run_exporter import ExportError
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
 from keras_attn.inference.predictor import load_predictor
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import model_layout
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.quantization.quantize_model import activation_quantizers
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 from keras_attn.quantization.quantize_model import model_quantization_ops
 from keras_attn.quantization.quantize_stage import quantize_run
@@ -638,7 +638,7 @@ def test_a_crf_tagger_gets_the_calibrated_int8_model(crf_ner):
     qat_run = RunDirectory(export_dir / "qat")
     assert qat_run.lineage().quantization == recipe == report["quantization"]
     qat, tagger = qat_run.load_model(), keras.models.load_model(run / "model.keras")
-    assert float_residual_model(qat) and all(
+    assert model_layout(qat)["float_residual"] and all(
         float(q.initialized.numpy()) == 1.0 or q.fixed_range is not None
         for q in activation_quantizers(qat))
     np.testing.assert_array_equal(qat.get_layer("crf").transitions.numpy(),

@@ -303,7 +303,7 @@ def test_two_workers_train_one_quantization_aware_model(tmp_path):
             np.testing.assert_allclose(w, s, rtol=1e-2, atol=1e-6)
     order = layer_named(trained, "transformer_layer_0").feedforward_channel_order.numpy()
     assert (order != np.arange(order.size)).any()  # sorted, and the same everywhere (above)
-    from keras_attn.quantization.quantize_model import activation_quantizers
+    from keras_attn.quantization.model_queries import activation_quantizers
 
     assert all(float(q.initialized.numpy()) == 1.0 or q.fixed_range is not None
                for q in activation_quantizers(trained))
@@ -351,8 +351,8 @@ def layer_named(model, name):
 def test_quantization_aware_training_continues_a_float_run(tmp_path):
     import keras
 
-    from keras_attn.quantization.quantize_model import activation_quantizers
-    from keras_attn.quantization.quantize_model import model_layout
+    from keras_attn.quantization.model_queries import activation_quantizers
+    from keras_attn.quantization.model_queries import model_layout
     from keras_attn.runs.run_directory import RunDirectory
     from keras_attn.training.config import ConfigError
 
@@ -417,8 +417,8 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
 def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
     import keras
 
+    from keras_attn.quantization.model_queries import activation_quantizers
     from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-    from keras_attn.quantization.quantize_model import activation_quantizers
     from keras_attn.quantization.quantize_model import calibrate_model
     from keras_attn.quantization.quantize_model import quantize_model
     from keras_attn.training.tasks import make_task

@@ -14,12 +14,12 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_attn import atomic_files
-from keras_attn.export.model_int8_tflite import float_residual_model
 from keras_attn.export.tflite_export import INPUT_NAMES
 from keras_attn.export.tflite_export import bucket_signature
 from keras_attn.export.tflite_float_ops import run_in_float
 from keras_attn.export.tflite_sharing import share_quantization_parameters
 from keras_attn.quantization.float_layout_model import float_layout_model
+from keras_attn.quantization.model_queries import model_layout
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 
 
@@ -104,7 +104,7 @@ def main(job_path):
         else:
             graph = float_layout_model(models["float"])
         directory = _saved_model(graph, lengths, os.path.join(job["work_dir"], variant))
-        float_residual = variant == "int8" and float_residual_model(graph)
+        float_residual = variant == "int8" and model_layout(graph)["float_residual"]
         content = _converter(variant, directory, examples, lengths, float_residual).convert()
         if float_residual:
             # A mixed-precision file for CPUs: the int8 ops that XNNPACK has no kernel for

@@ -17,6 +17,7 @@ from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_float_ops import run_in_float
 from keras_attn.quantization.emissions_model import emissions_model
+from keras_attn.quantization.model_queries import model_layout
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 
@@ -151,7 +152,7 @@ def _convert_job(model_path, data_path, work, output_path, sequence_length, vari
     with np.load(data_path) as data:
         rows = {name: data[name] for name in names}
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if float_residual_model(model):
+    if model_layout(model)["float_residual"]:
         # Only the tensors with a FakeQuant become int8; a representative dataset would
         # make the converter calibrate and quantize the float stream too.
         atomic_files.write_bytes(output_path, run_in_float(converter.convert()))
@@ -160,9 +161,3 @@ def _convert_job(model_path, data_path, work, output_path, sequence_length, vari
     converter.representative_dataset = lambda: (
         {name: rows[name][i] for name in names} for i in range(len(rows[names[0]])))
     atomic_files.write_bytes(output_path, converter.convert())
-
-
-def float_residual_model(model):
-    """Whether a quantized encoder block of `model` keeps its residual stream in float."""
-    return any(getattr(layer, "quantization", None) and getattr(layer, "float_residual", False)
-               for layer in model._flatten_layers(include_self=False))

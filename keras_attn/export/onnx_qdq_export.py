@@ -41,7 +41,8 @@ from onnx import numpy_helper
 
 from keras_attn.export.onnx_export import export_onnx
 from keras_attn.quantization.emissions_model import emissions_model
-from keras_attn.quantization.quantize_model import activation_quantizers
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import uncalibrated_quantizers
 from keras_attn.quantization.quantize_model import freeze_model_ranges
 from keras_attn.quantization.quantized_model import QuantizedModel
 
@@ -133,8 +134,7 @@ def _check_arguments(model, path):
                          "takes its ranges): `QuantizedModel.calibrated(model, batches)` or "
                          "`quantize_model(model)` + `calibrate_model`. Received: "
                          f"model={type(model).__name__} without fake quantization")
-    missing = [q.path for q in quantizers
-               if float(q.initialized.numpy()) < 0.5 and q.fixed_range is None]
+    missing = uncalibrated_quantizers(model)
     if missing:
         raise ValueError(
             f"`model` has {len(missing)} quantizers without a range (first: {missing[0]}): "

@@ -39,9 +39,11 @@ from tensorflow.lite.python import schema_py_generated as schema
 from keras_attn.errors import KerasAttnError
 from keras_attn.export.converter_process import run_job
 from keras_attn.layers.validation import check_int
+from keras_attn.quantization.dequantize_model import dequantize_model
 from keras_attn.quantization.emissions_model import emissions_model
-from keras_attn.quantization.quantize_model import activation_quantizers
-from keras_attn.quantization.quantize_model import max_sequence_length
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import max_sequence_length
+from keras_attn.quantization.model_queries import uncalibrated_quantizers
 from keras_attn.quantization.quantized_model import QuantizedModel
 
 logger = logging.getLogger(__name__)
@@ -165,27 +167,25 @@ def _graph_models(model, variants):
     """`{"int8": quantized graph, "float": float graph}`, each only when a variant asked
     needs it: the files hold a CRF tagger's emissions (`emissions_model`), the float model
     of a quantized one is its `dequantize_model` (the fine-tuned weights)."""
-    quantized = model if isinstance(model, QuantizedModel) else (
-        QuantizedModel(model, []) if activation_quantizers(model) else None)
+    model = model.model if isinstance(model, QuantizedModel) else model
+    quantized = bool(activation_quantizers(model))
     graphs = {}
     if "int8" in variants:
-        if quantized is None:
+        if not quantized:
             raise ValueError(
                 "The `int8` variant is converted from a quantization-aware model: pass "
                 "`QuantizedModel.calibrated(model, batches)` (or a calibrated or QAT-trained "
                 "`quantize_model(model)`), or ask for `int8_ptq`. Received: a float "
                 + type(model).__name__)
-        missing = [q.path for q in activation_quantizers(quantized.model)
-                   if float(q.initialized.numpy()) < 0.5 and q.fixed_range is None]
+        missing = uncalibrated_quantizers(model)
         if missing:
             raise ValueError(
                 "The `int8` variant needs trained or calibrated activation ranges; "
                 f"{len(missing)} quantizers have none (first: {missing[0]}). Train the "
                 "model or call `calibrate_model(model, batches)` first.")
-        graphs["int8"] = emissions_model(quantized.model)
+        graphs["int8"] = emissions_model(model)
     if any(v != "int8" for v in variants):
-        float_model = quantized.float_model() if quantized is not None else model
-        graphs["float"] = emissions_model(float_model)
+        graphs["float"] = emissions_model(dequantize_model(model) if quantized else model)
     return graphs
 
 

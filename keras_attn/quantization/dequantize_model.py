@@ -10,7 +10,7 @@ from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormal
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
 from keras_attn.quantization.crf_tagger_copy import with_crf_loss
-from keras_attn.quantization.quantize_model import BLOCKS
+from keras_attn.quantization.model_queries import BLOCKS
 from keras_attn.quantization.quantize_model import copy_by_path
 from keras_attn.quantization.quantize_model import copy_weight
 

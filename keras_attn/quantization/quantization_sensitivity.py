@@ -24,7 +24,7 @@ int8 file, biases included).
 import keras
 import numpy as np
 
-from keras_attn.quantization.quantize_model import model_inputs
+from keras_attn.quantization.model_queries import model_inputs
 
 SENSITIVITY_EXAMPLES = 128  # calibration examples the export measures on
 

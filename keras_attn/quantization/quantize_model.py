@@ -43,11 +43,12 @@ from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
-from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
-from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_bool
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
 from keras_attn.quantization.crf_tagger_copy import with_crf_loss
+from keras_attn.quantization.model_queries import BLOCKS
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import model_inputs
 from keras_attn.quantization.quantization_ops import check_float_ops
 
 # Keras layers whose int8 output has their input's scale (TFLite keeps it): no quantizer.
@@ -58,8 +59,6 @@ SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Res
 # Layers decoded outside the int8 file, in float (a CRF's Viterbi over the emissions): known,
 # no quantizer; the file holds the network up to them (`emissions_model`).
 DECODED_OUTSIDE = (CRF,)
-# keras-attn's blocks with an int8 layout (`EncoderInt8Layout`).
-BLOCKS = (TransformerEncoderBlock, TransformerDecoderBlock)
 # Keras operations (`x[:, 0]`, `ops.reshape` in a functional model) that keep the scale.
 SCALE_KEEPING_OPS = ("GetItem", "Reshape", "Squeeze", "ExpandDims", "Transpose")
 # Keras layers computed in int8 after their output is rounded by a quantizer.
@@ -103,8 +102,6 @@ def quantize_model(model, weight_quantization="per_channel", decay=0.999,
     if not isinstance(model, keras.Model) or not hasattr(model, "inputs") or not model.inputs:
         raise ValueError("`quantize_model` takes a built functional or Sequential Keras model. "
                          f"Received: model={type(model).__name__}")
-    if isinstance(model, keras.Sequential):  # `call_function` needs the functional form
-        model = keras.Model(model.inputs, model.outputs, name=model.name)
     float_ops = check_float_ops(float_ops, model_quantization_ops(model))
     if float_ops and not float_residual:
         raise ValueError(
@@ -120,7 +117,7 @@ def quantized_copy(model, weight_quantization="per_channel", decay=0.999,
     """`quantize_model` without its one file check: `float_ops` are float in the Keras
     model also without `float_residual` (what `quantization_sensitivity` measures of an
     all-int8 model, whose file would still round them: the converter calibrates them)."""
-    if isinstance(model, keras.Sequential):
+    if isinstance(model, keras.Sequential):  # `call_function` needs the functional form
         model = keras.Model(model.inputs, model.outputs, name=model.name)
     float_ops = check_float_ops(float_ops, model_quantization_ops(model))
     graph = _Int8Graph(weight_quantization, decay, float_residual, feedforward_float_channels,
@@ -377,12 +374,6 @@ def copy_weight(value):
     return np.array(keras.ops.convert_to_numpy(value))
 
 
-def activation_quantizers(model):
-    """Every `ActivationQuantizer` of `model`, sublayers included, in graph order."""
-    return [layer for layer in model._flatten_layers(include_self=False)
-            if isinstance(layer, ActivationQuantizer)]
-
-
 def calibrate_model(model, batches, only_uncalibrated=False):
     """Sets the activation ranges of a `quantize_model` copy from forward passes in
     inference mode: each range becomes the running min/max over `batches` (an iterable of
@@ -436,42 +427,6 @@ def _sort_feedforward_channels(model, batches):
         for variable, value in zip((quantizer.min_value, quantizer.max_value,
                                     quantizer.initialized), values):
             variable.assign(value)
-
-
-def max_sequence_length(model):
-    """The longest input `model` has positions for (a backbone's `max_sequence_length`, or
-    the rows of a `TokenAndPositionEmbedding`'s position table), or `None` without one."""
-    for layer in model._flatten_layers(include_self=False):
-        length = getattr(layer, "max_sequence_length", None)
-        if isinstance(layer, TokenAndPositionEmbedding):
-            length = layer.sequence_length
-        if isinstance(length, int):
-            return length
-    return None
-
-
-def model_layout(model):
-    """`{"float_residual", "feedforward_float_channels"}` of a `quantize_model` copy: the
-    settings its encoder blocks were laid out with (the first block's; `False` and `0`
-    without a block)."""
-    for layer in model._flatten_layers(include_self=False):
-        if _quantized(layer, BLOCKS):
-            return {"float_residual": bool(layer.float_residual),
-                    "feedforward_float_channels": int(layer.feedforward_float_channels)}
-    return {"float_residual": False, "feedforward_float_channels": 0}
-
-
-def model_inputs(model, x):
-    """`x` as `model` takes it: a dict batch keeps the inputs the model has, and a
-    `label_mask` it lacks (a CRF tagger's: only the decoding of the tags reads it) is its
-    `padding_mask`; any other batch as it is."""
-    names = getattr(model, "model", model).input
-    if not isinstance(x, dict) or not isinstance(names, dict):
-        return x
-    inputs = {name: value for name, value in x.items() if name in names}
-    if "label_mask" in names and "label_mask" not in inputs and "padding_mask" in x:
-        inputs["label_mask"] = x["padding_mask"]
-    return inputs
 
 
 def freeze_model_ranges(model, frozen=True):

@@ -16,9 +16,9 @@ import warnings
 
 import numpy as np
 
-from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.quantization.dequantize_model import copy_float_weights
 from keras_attn.quantization.dequantize_model import dequantize_model
+from keras_attn.quantization.model_queries import uncalibrated_quantizers
 from keras_attn.quantization.quantization_ops import check_float_ops
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import copy_weight
@@ -113,7 +113,7 @@ class QuantizedModel:
             warnings.simplefilter("ignore", UserWarning)
             model = quantized_copy(self.float_model(), float_ops=float_ops, **self.settings)
         copy_matching_weights(self.model, model)
-        if _uncalibrated(model):
+        if uncalibrated_quantizers(model):
             calibrate_model(model, self.batches, only_uncalibrated=True)
         return QuantizedModel(model, self.batches, float_ops, **self.settings)
 
@@ -156,12 +156,6 @@ def copy_matching_weights(source, target):
             key = variable.path.split(f"{layer.name}/", 1)[-1]
             if key in values and tuple(values[key].shape) == tuple(variable.shape):
                 variable.assign(copy_weight(values[key]))
-
-
-def _uncalibrated(model):
-    return any(float(q.initialized.numpy()) < 0.5 and q.fixed_range is None
-               for q in model._flatten_layers(include_self=False)
-               if isinstance(q, ActivationQuantizer))
 
 
 def _layer_named(model, name):

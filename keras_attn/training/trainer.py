@@ -13,10 +13,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import atomic_files
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import model_layout
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.quantization.quantize_model import activation_quantizers
 from keras_attn.quantization.quantize_model import calibrate_model
-from keras_attn.quantization.quantize_model import model_layout
 from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.runs.overwrite_guard import check_train_output
 from keras_attn.runs.run_directory import RunDirectory

@@ -11,8 +11,8 @@ import numpy as np
 from keras_attn.checkpoints.hf_bert import load_hf_bert
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.xlnet_backbone import XLNetBackbone
-from keras_attn.quantization.quantize_model import activation_quantizers
-from keras_attn.quantization.quantize_model import max_sequence_length
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import max_sequence_length
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import TokenizerSettings
 from keras_attn.runs.run_directory import continued_run
