@@ -127,26 +127,89 @@ def test_layout_errors_name_the_setting(kwargs, call, match):
         block(inputs(), **call)
 
 
-def test_a_decoder_only_block_has_the_pre_ln_layout():
-    """`TransformerDecoderBlock(quantization=...)` (GPT's block: pre-LN, causal, fused
-    Q/K/V) computes the float block without rounding, and refuses what it lacks."""
-    block = TransformerDecoderBlock(2, F, norm_first=True, fused_qkv=True, activation="gelu")
-    block.build((None, None, H))
+def float_decoder_block(norm_first, fused_qkv, cross):
+    """A float `TransformerDecoderBlock` with random weights (cross-attention if `cross`)."""
+    block = TransformerDecoderBlock(2, F, norm_first=norm_first, fused_qkv=fused_qkv,
+                                    activation="gelu")
+    block.build((None, None, H), (None, None, H) if cross else None)
     rng = np.random.default_rng(0)
     for variable in block.trainable_weights:
         variable.assign(rng.normal(scale=0.5, size=variable.shape))
-    expected = ops.convert_to_numpy(block(inputs(), decoder_padding_mask=MASK))
-    plain = TransformerDecoderBlock.from_config(
-        {**block.get_config(), "quantization": {"quantize": False}})
-    plain.build((None, None, H))
-    targets = {v.path.split("/", 1)[1]: v for v in plain.weights}
+    return block
+
+
+def decoder_with_layout(block, cross, **settings):
+    quantized = TransformerDecoderBlock.from_config(
+        {**block.get_config(), "quantization": settings})
+    quantized.build((None, None, H), (None, None, H) if cross else None)
+    targets = {v.path.split("/", 1)[1]: v for v in quantized.weights}
     for variable in block.weights:
         targets[variable.path.split("/", 1)[1]].assign(variable)
-    np.testing.assert_allclose(
-        ops.convert_to_numpy(plain(inputs(), decoder_padding_mask=MASK)), expected, atol=1e-5)
-    assert plain.get_config()["quantization"]["quantize"] is False
-    with pytest.raises(ValueError, match="decoder-only"):
-        TransformerDecoderBlock(2, F, quantization={})(inputs(), inputs())
-    with pytest.raises(ValueError, match="no self_attention_cache"):
-        plain(inputs()[:, :1], self_attention_cache=np.zeros((2, 2, T, 2, 4), "float32"),
-              self_attention_cache_update_index=0)
+    return quantized
+
+
+ENCODER = np.random.default_rng(2).normal(size=(2, 7, H)).astype("float32")
+ENCODER_MASK = np.array([[1] * 7, [1] * 4 + [0] * 3])
+
+
+@pytest.mark.parametrize("norm_first, fused_qkv, cross", [
+    (True, True, False), (False, False, True), (True, True, True), (False, True, True)])
+def test_a_decoder_block_has_the_int8_layout_with_its_caches(norm_first, fused_qkv, cross):
+    """`TransformerDecoderBlock(quantization=...)`, decoder-only (GPT's) or with
+    cross-attention (the translation Transformer's), post- or pre-LN: without rounding
+    the float block's function; rounded, a step-by-step decoding with the caches gives
+    the whole sequence's outputs exactly (the caches hold the int8 keys and values), and
+    the cross cache is the one `compute_cross_attention_cache` gives."""
+    block = float_decoder_block(norm_first, fused_qkv, cross)
+    encoder = (ENCODER,) if cross else ()
+    masks = dict(encoder_padding_mask=ENCODER_MASK) if cross else {}
+    expected = ops.convert_to_numpy(block(inputs(), *encoder, **masks))
+    plain = decoder_with_layout(block, cross, quantize=False)
+    np.testing.assert_allclose(ops.convert_to_numpy(plain(inputs(), *encoder, **masks)),
+                               expected, atol=1e-5)
+    quantized = decoder_with_layout(block, cross)
+    quantized(inputs(), *encoder, **masks, training=True)
+    whole = ops.convert_to_numpy(quantized(inputs(), *encoder, **masks))
+    assert not np.allclose(whole, expected, atol=1e-3)  # it rounds
+    cache, cross_cache, steps = np.zeros((2, 2, T, 2, H // 2), "float32"), None, []
+    for t in range(T):
+        result = quantized(inputs()[:, t:t + 1], *encoder, **masks,
+                           self_attention_cache=cache, self_attention_cache_update_index=t)
+        output, cache, *rest = result
+        cross_cache = rest[0] if rest else None
+        steps.append(ops.convert_to_numpy(output))
+    np.testing.assert_array_equal(np.concatenate(steps, axis=1), whole)
+    if cross:
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(cross_cache),
+            ops.convert_to_numpy(quantized.compute_cross_attention_cache(ENCODER)))
+        assert len(quantized.int8_matmuls()) == 7
+    else:
+        assert quantized.int8_matmuls() == (
+            "qkv", "attention_output", "intermediate", "feedforward_output")
+
+
+def test_the_cross_attention_matmuls_stay_float_when_asked(tmp_path):
+    """`float_matmuls` names the cross-attention's matmuls too: their input and output
+    quantizers only track ranges; a block without cross-attention refuses them. The
+    layout and its ranges come back from `.keras`."""
+    block = decoder_with_layout(float_decoder_block(False, False, True), True,
+                                float_matmuls=["cross_key_value"])
+    assert not block.quantizers["encoder_quantizer"].quantize
+    assert not block.quantizers["cross_key_value_quantizer"].quantize
+    assert block.quantizers["cross_query_quantizer"].quantize
+    assert block.quantizers["attention_layer_norm_quantizer"].quantize
+    decoder, encoder = keras.Input((T, H)), keras.Input((7, H))
+    model = keras.Model([decoder, encoder], block(decoder, encoder))
+    model([inputs(), ENCODER], training=True)
+    path = tmp_path / "cross.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded([inputs(), ENCODER])),
+                               ops.convert_to_numpy(model([inputs(), ENCODER])), atol=1e-6)
+    with pytest.raises(ValueError, match="no cross-attention.*cross_key_value"):
+        TransformerDecoderBlock(2, F, quantization={"float_matmuls": ["cross_key_value"]})(
+            inputs())
+    with pytest.raises(ValueError, match="padding mask and the causal mask only"):
+        decoder_with_layout(float_decoder_block(True, True, False), False)(
+            inputs(), self_attention_mask=np.ones((2, T, T), bool))

@@ -162,13 +162,19 @@ def test_config_round_trip_and_keras_save_load(tmp_path):
 # === Incremental decoding ===
 
 
-def test_cached_steps_equal_teacher_forced_logits_with_padded_source():
-    model = tiny_model(vocabulary_size=17, num_layers=2)
+def padded_translation(model):
+    """A padded source and target batch: `(source, inputs, teacher-forced logits, decoder
+    ids)`."""
     source = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 0, 0, 0, 0]], "int32")
     target = np.array([[8, 7, 6, 5, 2], [4, 9, 2, 0, 0]], "int32")
     inputs, _ = make_teacher_forcing_batch(source, target, bos_token_id=BOS)
     full = ops.convert_to_numpy(model(inputs))  # (B, T, V)
-    decoder_in = ops.convert_to_numpy(inputs["decoder_token_ids"])
+    return source, inputs, full, ops.convert_to_numpy(inputs["decoder_token_ids"])
+
+
+def test_cached_steps_equal_teacher_forced_logits_with_padded_source():
+    model = tiny_model(vocabulary_size=17, num_layers=2)
+    source, inputs, full, decoder_in = padded_translation(model)
     cache = model.initial_decoding_cache(source, source != PAD, max_length=5)
     assert tuple(cache["self_attention_cache"].shape) == (2, 2, 2, 5, 2, 8)
     assert tuple(cache["cross_attention_cache"].shape) == (2, 2, 2, 6, 2, 8)
@@ -200,6 +206,33 @@ def test_greedy_decode_equals_argmax_of_full_forward_passes():
         }))
         prefix = np.concatenate([prefix, logits[:, -1].argmax(-1)[:, None]], axis=1)
     np.testing.assert_array_equal(decoded, prefix[:, 1:])
+
+
+def test_the_encoder_and_decoder_step_models_decode_as_the_model_does():
+    """`encoder_model` and `decoder_step_model` (the two halves a fixed-shape file runs,
+    the caches as tensors in and out) give the model's teacher-forced logits step by
+    step on a padded source; the step's blocks are copies with the model's weights."""
+    model = tiny_model(vocabulary_size=17, num_layers=2)
+    source, inputs, full, decoder_in = padded_translation(model)
+    encoder = model.encoder_model()
+    encoder_outputs = ops.convert_to_numpy(encoder(
+        {"encoder_token_ids": source, "encoder_padding_mask": source != PAD}))
+    np.testing.assert_allclose(encoder_outputs, ops.convert_to_numpy(
+        model.encode(source, source != PAD)), atol=1e-6)
+    step = model.decoder_step_model(max_length=6)
+    assert not set(map(id, step.weights)) & set(map(id, model.decoder_layers[0].weights))
+    cache, logits = np.zeros((2, 2, 2, 6, 2, 8), "float32"), []
+    for t in range(5):
+        out = step({"decoder_token_ids": decoder_in[:, t:t + 1],
+                    "cache_update_index": np.full((2,), t, "int32"),
+                    "self_attention_cache": cache, "encoder_outputs": encoder_outputs,
+                    "encoder_padding_mask": (source != PAD).astype("int32")})
+        cache = ops.convert_to_numpy(out["self_attention_cache"])
+        logits.append(ops.convert_to_numpy(out["logits"]))
+    real = ops.convert_to_numpy(inputs["decoder_padding_mask"]).astype(bool)
+    np.testing.assert_allclose(np.stack(logits, axis=1)[real], full[real], atol=2e-5)
+    with pytest.raises(ValueError, match="max_length"):
+        model.decoder_step_model(max_length=0)
 
 
 def test_exhaustive_beam_search_finds_the_best_hypothesis():

@@ -137,13 +137,23 @@ def _convert_job(model_path, data_path, work, output_path, sequence_length, vari
 
     @tf.function(input_signature=specs)
     def serve(*inputs):
-        # The model's own input structure (a list, a dict of named inputs, one tensor).
-        return {"output": model(keras.tree.pack_sequence_as(model.input, list(inputs)),
-                                training=False)}
+        # The model's own input structure (a list, a dict of named inputs, one tensor);
+        # named outputs keep their names.
+        outputs = model(keras.tree.pack_sequence_as(model.input, list(inputs)),
+                        training=False)
+        return outputs if isinstance(outputs, dict) else {"output": outputs}
+
+    concrete = serve.get_concrete_function()
+    frozen = convert_variables_to_constants_v2(concrete)
+    output_names = sorted(concrete.structured_outputs)
+
+    @tf.function(input_signature=specs)
+    def named(*inputs):
+        # A frozen function returns its outputs as a list (sorted by name): named again.
+        return dict(zip(output_names, keras.tree.flatten(frozen(*inputs))))
 
     saved = os.path.join(work, "saved_model")
-    tf.saved_model.save(tf.Module(), saved, signatures={
-        "serving_default": convert_variables_to_constants_v2(serve.get_concrete_function())})
+    tf.saved_model.save(tf.Module(), saved, signatures={"serving_default": named})
     converter = tf.lite.TFLiteConverter.from_saved_model(saved)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if variant == "fp32":

@@ -14,6 +14,7 @@ from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
+from keras_attn.layers.quantized_reversible_embedding import QuantizedReversibleEmbedding
 from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_attn.layers.relative_multi_head_attention import relative_shift
 from keras_attn.layers.rotary_embedding import RotaryEmbedding
@@ -41,6 +42,7 @@ __all__ = [
     "PositionEmbedding",
     "QuantizedDense",
     "QuantizedEmbedding",
+    "QuantizedReversibleEmbedding",
     "QuantizedLayerNormalization",
     "RelativeMultiHeadAttention",
     "RotaryEmbedding",

@@ -10,7 +10,10 @@ from keras import ops
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.feedforward_float_channels import FeedforwardFloatChannels
+from keras_attn.layers.int8_layout_settings import CROSS_MATMULS
+from keras_attn.layers.int8_layout_settings import CROSS_QUANTIZER_NAMES
 from keras_attn.layers.int8_layout_settings import MATMULS
+from keras_attn.layers.int8_layout_settings import PRE_LN_CROSS_MATMULS
 from keras_attn.layers.int8_layout_settings import PRE_LN_MATMULS
 from keras_attn.layers.int8_layout_settings import QUANTIZER_NAMES
 from keras_attn.layers.int8_layout_settings import RESIDUAL_QUANTIZER_NAMES
@@ -130,19 +133,10 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         self.quantize_input = quantize_input
         self.input_producer = input_producer
         residual_quantize = quantize and not float_residual
-        float_quantizers = {name for matmul in float_matmuls
-                            for name in self._matmul_quantizers()[matmul]}
-        output = self._output_quantizer_name()
-        self.quantizers = {
-            name: ActivationQuantizer(decay=decay, name=name, quantize=(
-                quantize_output if name == output
-                else residual_quantize if name in RESIDUAL_QUANTIZER_NAMES
-                else quantize and name not in float_quantizers))
-            for name in QUANTIZER_NAMES
-        }
-        self.input_quantizer = (ActivationQuantizer(
-            decay=decay, quantize=quantize and "qkv" not in float_matmuls,
-            name="input_quantizer") if quantize_input else None)
+        self.quantizers = {name: ActivationQuantizer(decay=decay, name=name)
+                           for name in QUANTIZER_NAMES}
+        self.input_quantizer = (ActivationQuantizer(decay=decay, name="input_quantizer")
+                                if quantize_input else None)
         # A `ChannelRanges` that eager calls update with the up-projection output (set
         # while calibrating, to find the widest channels).
         self.channel_statistics = None
@@ -161,9 +155,31 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
             fixed_range=SOFTMAX_RANGE, quantize=attention_quantize,
             name="probability_quantizer"
         )
+        self._set_quantize_flags()
+        # The cross-attention sublayer's quantizers, added by `_build_int8_layout` to a
+        # block built with an encoder sequence.
+        self.cross_layer_norm_quantizers = {}
+        self.cross_score_quantizer = self.cross_probability_quantizer = None
         self.frozen_bounds = None
         # Set when the ranges are frozen: the step of the int8 input (rounds the qkv bias).
         self.frozen_input_step = None
+
+    def _set_quantize_flags(self):
+        """Which quantizers round (the others only track ranges): the residual stream unless
+        `float_residual`, the output as `quantize_output`, and no input or output of a
+        matmul of `float_matmuls`."""
+        matmuls = self._matmul_quantizers()
+        float_quantizers = {name for matmul in self.float_matmuls if matmul in matmuls
+                            for name in matmuls[matmul]}
+        output = self._output_quantizer_name()
+        for name, quantizer in self.quantizers.items():
+            quantizer.quantize = (
+                self.quantize_output if name == output
+                else self.quantize and not self.float_residual
+                if name in RESIDUAL_QUANTIZER_NAMES
+                else self.quantize and name not in float_quantizers)
+        if self.input_quantizer is not None:
+            self.input_quantizer.quantize = self.quantize and "qkv" not in self.float_matmuls
 
     def get_config(self):
         config = super().get_config()
@@ -183,6 +199,12 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         )
 
     def _build_int8_layout(self):
+        if self._has_cross_attention():
+            self._add_cross_quantizers()
+        elif set(self.float_matmuls) - set(MATMULS):
+            raise ValueError(
+                f"{self.name} has no cross-attention, so its matmuls are {tuple(MATMULS)}. "
+                f"Received: float_matmuls={list(self.float_matmuls)!r}")
         if self.feedforward_float_channels:
             # Float channel j is stored at position i with order[i] = j
             # (`float_order_feedforward_weights` undoes the permutation).
@@ -195,17 +217,50 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         for quantizer in self.int8_quantizers():
             quantizer.build(())
 
+    def _add_cross_quantizers(self):
+        """The quantizers of the cross-attention sublayer (as `_init_int8_layout` makes the
+        others), and every quantizer's rounding set again for the block's matmuls."""
+        residual_quantize = self.quantize and not self.float_residual
+        self.quantizers.update({name: ActivationQuantizer(decay=self.decay, name=name)
+                                for name in CROSS_QUANTIZER_NAMES})
+        self.cross_layer_norm_quantizers = layer_norm_quantizers(
+            "cross_attention_layer_norm", self.decay, residual_quantize)
+        self.cross_score_quantizer = ActivationQuantizer(
+            decay=self.decay, mask_margin=self.attention_mask_margin,
+            masked_value=self.masked_score, quantize=residual_quantize,
+            name="cross_score_quantizer")
+        self.cross_probability_quantizer = ActivationQuantizer(
+            fixed_range=SOFTMAX_RANGE, quantize=residual_quantize,
+            name="cross_probability_quantizer")
+        self._set_quantize_flags()
+
     def int8_quantizers(self):
         """Every `ActivationQuantizer` of the layout."""
+        cross = ([self.cross_score_quantizer, self.cross_probability_quantizer]
+                 if self.cross_score_quantizer is not None else [])
         return (list(self.quantizers.values())
                 + list(self.attention_layer_norm_quantizers.values())
+                + list(self.cross_layer_norm_quantizers.values())
                 + list(self.feedforward_layer_norm_quantizers.values())
-                + [self.score_quantizer, self.probability_quantizer]
+                + [self.score_quantizer, self.probability_quantizer] + cross
                 + ([self.input_quantizer] if self.input_quantizer is not None else []))
 
+    def _has_cross_attention(self):
+        return getattr(self, "cross_attention", None) is not None
+
     def _matmul_quantizers(self):
-        """`MATMULS` of this block's order (post-LN, or pre-LN with `norm_first`)."""
-        return PRE_LN_MATMULS if getattr(self, "norm_first", False) else MATMULS
+        """The weight matmuls of this block and the quantizers of their int8 input and
+        output: `MATMULS` (post-LN) or `PRE_LN_MATMULS` (`norm_first`), and their
+        `CROSS_MATMULS` forms in a block with cross-attention."""
+        pre_ln = getattr(self, "norm_first", False)
+        if self._has_cross_attention():
+            return PRE_LN_CROSS_MATMULS if pre_ln else CROSS_MATMULS
+        return PRE_LN_MATMULS if pre_ln else MATMULS
+
+    def int8_matmuls(self):
+        """The names of this block's weight matmuls, in graph order (what `float_matmuls`
+        takes)."""
+        return tuple(self._matmul_quantizers())
 
     def _output_quantizer_name(self):
         """The quantizer of the block's output: the last LayerNorm's (post-LN) or the last
@@ -284,13 +339,25 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
             "intermediate": matmul_bound(w["intermediate_kernel"][:, channels], wq),
             "feedforward_output": matmul_bound(w["feedforward_output_kernel"][channels], wq),
         }
+        if self._has_cross_attention():
+            cross_scale = 1.0 / math.sqrt(w["cross_query_kernel"].shape[1] // self.num_heads)
+            self.frozen_bounds.update({
+                "cross_query": matmul_bound(w["cross_query_kernel"] * cross_scale, wq),
+                "cross_key_value": matmul_bound(w["cross_key_value_kernel"], wq),
+                "cross_attention_output": matmul_bound(w["cross_output_kernel"], wq),
+            })
 
     def _int8_call(self, inputs, padding_mask, training=None, query_length=None,
-                   causal=False):
+                   causal=False, cross=None, caches=None):
         """The block's output `(B, q, H)` (`q = T` without `query_length`: the first `q`
-        query rows). `causal`: query `t` sees keys `s <= t` only."""
+        query rows). `causal`: query `t` sees keys `s <= t` only. `cross`: the encoder
+        output `(B, S, E)` (or `None` with a cross cache) and its padding mask `(B, S)` (or
+        `None`) of a block with cross-attention. `caches` (incremental decoding): a dict of
+        `"self"`, the `(B, 2, S_max, n, d)` key/value cache, `"index"`, where this call's
+        `T` rows are written, and `"cross"`, the `(B, 2, S, n, d)` cross cache or `None`;
+        the call writes the updated caches into it."""
         if getattr(self, "norm_first", False):
-            return self._pre_ln_call(inputs, padding_mask, training, causal)
+            return self._pre_ln_call(inputs, padding_mask, training, causal, cross, caches)
         q, w = self.quantizers, self._int8_weights()
         H = inputs.shape[-1]
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
@@ -306,12 +373,22 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
 
         # === Self-attention ===
         attended = self._int8_attention(x, w, batch, length, padding_mask, training,
-                                        query_length, causal)  # (B*q, H)
+                                        query_length, causal, caches)  # (B*q, H)
         x = q["attention_residual_quantizer"](residual_rows + attended, training=training)
         x = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
                        self.attention_layer_norm_quantizers, training)  # (B*q, H)
         x_int8 = q["attention_layer_norm_quantizer"](x, training=training)  # (B*q, H)
         x = x if self.float_residual else x_int8  # what the residual and float parts read
+
+        # === Cross-attention (encoder-decoder blocks) ===
+        if cross is not None:
+            attended = self._int8_cross_attention(x_int8, w, batch, rows, cross, training,
+                                                  caches)
+            x = q["cross_residual_quantizer"](x + attended, training=training)  # (B*q, H)
+            x = layer_norm(x, w["cross_gamma"], w["cross_beta"], self.layer_norm_epsilon,
+                           self.cross_layer_norm_quantizers, training)
+            x_int8 = q["cross_layer_norm_quantizer"](x, training=training)  # (B*q, H)
+            x = x if self.float_residual else x_int8
 
         # === Feed-forward: the int8 channels, then the float ones ===
         x = q["feedforward_residual_quantizer"](
@@ -322,7 +399,7 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         x_int8 = q["feedforward_layer_norm_quantizer"](x, training=training)
         return ops.reshape(x_int8, (batch, rows, H))  # (B, q, H); q = T by default
 
-    def _pre_ln_call(self, inputs, padding_mask, training, causal):
+    def _pre_ln_call(self, inputs, padding_mask, training, causal, cross=None, caches=None):
         """The pre-LN block (`norm_first`): `y = x + Attn(LN(x))`, `z = y + FFN(LN(y))`; the
         LayerNorm outputs are what the matmuls read, int8; the residual stream is int8, or
         float with `float_residual`."""
@@ -336,8 +413,17 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
                        self.attention_layer_norm_quantizers, training)
         h = q["attention_layer_norm_quantizer"](h, training=training)  # (B*T, H), int8
         attended = self._int8_attention(h, w, batch, length, padding_mask, training,
-                                        causal=causal)
+                                        causal=causal, caches=caches)
         x = q["attention_residual_quantizer"](x + attended, training=training)  # (B*T, H)
+
+        # === Cross-attention on LN(y) (encoder-decoder blocks) ===
+        if cross is not None:
+            h = layer_norm(x, w["cross_gamma"], w["cross_beta"], self.layer_norm_epsilon,
+                           self.cross_layer_norm_quantizers, training)
+            h = q["cross_layer_norm_quantizer"](h, training=training)  # (B*T, H), int8
+            attended = self._int8_cross_attention(h, w, batch, length, cross, training,
+                                                  caches)
+            x = q["cross_residual_quantizer"](x + attended, training=training)  # (B*T, H)
 
         # === Feed-forward on LN(y) ===
         h = layer_norm(x, w["feedforward_gamma"], w["feedforward_beta"],
@@ -350,14 +436,13 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         return ops.reshape(x, (batch, length, H))  # (B, T, H)
 
     def _int8_attention(self, x, w, batch, length, padding_mask, training, query_length=None,
-                        causal=False):
+                        causal=False, caches=None):
         """Self-attention of the int8 rows `x` `(B*T, H)` with the weights `w` (read once
         per call, `_int8_weights()`): the output projection's rounded output `(B*q, H)`,
-        after its dropout."""
+        after its dropout. With `caches` (see `_int8_call`) the keys and values are the
+        cache's, this call's written at `caches["index"]`."""
         q = self.quantizers
         H = x.shape[-1]
-        n = self.num_heads
-        d = H // n
         rows = length if query_length is None else query_length  # q, the query rows
         scale = self._query_scale(H)  # (3H,)
         qkv = self._matmul(x, w["qkv_kernel"] * scale, w["qkv_bias"] * scale, "qkv")
@@ -370,6 +455,92 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
             # Only the first q rows are read later (the [CLS] row of a classifier's last
             # block): they alone are queries, and the rest of the block runs on q rows.
             query = ops.reshape(query, (batch, length, H))[:, :query_length]  # (B, q, H)
+        key_mask = _key_mask(padding_mask, length, causal)
+        keys = length  # T, or S_max with a cache
+        if caches is not None:
+            key, value, key_mask, keys = self._cached_keys(key, value, batch, length,
+                                                           padding_mask, causal, caches)
+        context = self._attend(
+            query, key, value, (batch, rows, keys), key_mask,
+            (self.score_quantizer, self.probability_quantizer, q["context_quantizer"]),
+            training)  # (B*q, H)
+        attended = self._matmul(context, w["output_kernel"], w["output_bias"],
+                                "attention_output")  # (B*q, H)
+        attended = q["attention_output_quantizer"](attended, training=training)
+        return self.attention_output_dropout_layer(attended, training=training)
+
+    def _cached_keys(self, key, value, batch, length, padding_mask, causal, caches):
+        """This call's `key` and `value` rows `(B*T, H)` written into the cache at
+        `caches["index"]` (the updated cache into `caches["self"]`): the cache's keys and
+        values `(B*S_max, H)`, which of them each query sees `(B, 1, T, S_max)`, `S_max`."""
+        H = key.shape[-1]
+        n = self.num_heads
+        cache, index = caches["self"], caches["index"]
+        written = ops.stack([ops.reshape(key, (batch, length, n, H // n)),
+                             ops.reshape(value, (batch, length, n, H // n))],
+                            axis=1)  # (B, 2, T, n, d)
+        cache = ops.slice_update(cache, (0, 0, index, 0, 0), written)  # (B, 2, S_max, n, d)
+        caches["self"] = cache
+        keys = cache.shape[2]
+        key_mask = _cached_key_mask(padding_mask, index, length, keys, causal)
+        return (ops.reshape(cache[:, 0], (-1, H)), ops.reshape(cache[:, 1], (-1, H)),
+                key_mask, keys)
+
+    def _int8_cross_attention(self, x, w, batch, rows, cross, training, caches=None):
+        """Cross-attention of the int8 rows `x` `(B*q, H)` over `cross`, the encoder output
+        `(B, S, E)` and its padding mask `(B, S)`: the output projection's rounded output
+        `(B*q, H)`, after its dropout. The encoder output is rounded by the block
+        (`encoder_quantizer`) for the key/value matmul `(E, 2H)`; with `caches` the keys
+        and values are `caches["cross"]` or, without it, projected into it."""
+        q = self.quantizers
+        H = x.shape[-1]
+        encoder, encoder_padding_mask = cross
+        scale = 1.0 / math.sqrt(H // self.num_heads)
+        query = self._matmul(x, w["cross_query_kernel"] * scale,
+                             w["cross_query_bias"] * scale, "cross_query")  # (B*q, H)
+        query = q["cross_query_quantizer"](query, training=training)
+        cache = None if caches is None else caches["cross"]
+        if cache is None:
+            cache = self._int8_cross_cache(encoder, w, training)  # (B, 2, S, n, d)
+        if caches is not None:
+            caches["cross"] = cache
+        length = ops.shape(cache)[2]  # S
+        key, value = (ops.reshape(cache[:, i], (-1, H)) for i in (0, 1))  # 2 x (B*S, H)
+        context = self._attend(
+            query, key, value, (batch, rows, length),
+            _key_mask(encoder_padding_mask, length, causal=False),
+            (self.cross_score_quantizer, self.cross_probability_quantizer,
+             q["cross_context_quantizer"]), training)  # (B*q, H)
+        attended = self._matmul(context, w["cross_output_kernel"], w["cross_output_bias"],
+                                "cross_attention_output")  # (B*q, H)
+        attended = q["cross_attention_output_quantizer"](attended, training=training)
+        return self.cross_attention_output_dropout_layer(attended, training=training)
+
+    def _int8_cross_cache(self, encoder, w, training=None):
+        """The encoder output `(B, S, E)` rounded (`encoder_quantizer`) and projected by the
+        int8 key/value matmul: the `(B, 2, S, n, d)` cross cache (keys, then values)."""
+        q = self.quantizers
+        batch, length = ops.shape(encoder)[0], ops.shape(encoder)[1]
+        n = self.num_heads
+        encoder = q["encoder_quantizer"](
+            ops.reshape(encoder, (-1, encoder.shape[-1])), training=training)  # (B*S, E)
+        w = w or self._int8_weights()
+        key_value = self._matmul(encoder, w["cross_key_value_kernel"],
+                                 w["cross_key_value_bias"], "cross_key_value")  # (B*S, 2H)
+        key_value = q["cross_key_value_quantizer"](key_value, training=training)
+        H = key_value.shape[-1] // 2
+        return ops.transpose(ops.reshape(key_value, (batch, length, 2, n, H // n)),
+                             (0, 2, 1, 3, 4))  # (B, 2, S, n, d)
+
+    def _attend(self, query, key, value, sizes, key_mask, quantizers, training):
+        """`softmax(Q K^T + M) V` by heads: `query` `(B*q, H)` or `(B, q, H)`, `key` and
+        `value` `(B*T, H)`, `sizes` `(B, q, T)`, `quantizers` of the scores, the
+        probabilities and the context; the rounded context rows `(B*q, H)`."""
+        score_quantizer, probability_quantizer, context_quantizer = quantizers
+        batch, rows, length = sizes
+        H = key.shape[-1]
+        n = self.num_heads
+        d = H // n
 
         def heads(x, rows, order):
             return ops.transpose(ops.reshape(x, (batch, rows, n, d)), order)
@@ -378,17 +549,12 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
         key_t = heads(key, length, (0, 2, 3, 1))  # (B, n, d, T)
         value = heads(value, length, (0, 2, 1, 3))  # (B, n, T, d)
         scores = ops.matmul(query, key_t)  # (B, n, q, T)
-        scores = self.score_quantizer(scores, stats_mask=_key_mask(padding_mask, length, causal),
-                                      training=training)
-        probs = self.probability_quantizer(ops.softmax(scores, axis=-1))  # (B, n, q, T)
+        scores = score_quantizer(scores, stats_mask=key_mask, training=training)
+        probs = probability_quantizer(ops.softmax(scores, axis=-1))  # (B, n, q, T)
         probs = self.attention_dropout_layer(probs, training=training)
         context = ops.matmul(probs, value)  # (B, n, q, d)
-        context = q["context_quantizer"](context, training=training)
-        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, H))  # (B*q, H)
-        attended = self._matmul(context, w["output_kernel"], w["output_bias"],
-                                "attention_output")  # (B*q, H)
-        attended = q["attention_output_quantizer"](attended, training=training)
-        return self.attention_output_dropout_layer(attended, training=training)
+        context = context_quantizer(context, training=training)
+        return ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, H))  # (B*q, H)
 
     def _int8_feedforward(self, x_int8, x, w, training):
         """`FFN` of the LayerNorm output: its int8 channels read `x_int8`, its float ones
@@ -432,4 +598,22 @@ def _key_mask(padding_mask, length, causal):
         positions = ops.arange(length)
         allowed = (positions[None, :] <= positions[:, None])[None, None]  # (1, 1, T, T)
         mask = allowed if mask is None else ops.logical_and(mask, allowed)
+    return mask
+
+
+def _cached_key_mask(padding_mask, index, length, keys, causal):
+    """Which of the `keys` cache slots each of the `length` queries at positions
+    `index, index + 1, ...` sees, `(B or 1, 1, T or 1, S_max)` bool: the slots written so
+    far (with `causal`, up to the query's position) that `padding_mask` `(B, S_max)` marks
+    real."""
+    index = ops.cast(index, "int32")
+    slots = ops.arange(keys, dtype="int32")[None, :]  # (1, S_max)
+    if causal:
+        queries = ops.arange(length, dtype="int32") + index  # (T,)
+        allowed = slots <= queries[:, None]  # (T, S_max)
+    else:
+        allowed = slots < index + length  # (1, S_max)
+    mask = allowed[None, None]  # (1, 1, T or 1, S_max)
+    if padding_mask is not None:
+        mask = ops.logical_and(mask, ops.cast(padding_mask, "bool")[:, None, None, :])
     return mask

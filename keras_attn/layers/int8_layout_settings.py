@@ -12,8 +12,16 @@ QUANTIZER_NAMES = (
     "intermediate_quantizer", "activation_quantizer", "feedforward_output_quantizer",
     "feedforward_residual_quantizer", "feedforward_layer_norm_quantizer",
 )
+# The cross-attention sublayer of an encoder-decoder block (`TransformerDecoderBlock` built
+# with an encoder sequence): its quantizers besides those of `QUANTIZER_NAMES`.
+CROSS_QUANTIZER_NAMES = (
+    "encoder_quantizer", "cross_query_quantizer", "cross_key_value_quantizer",
+    "cross_context_quantizer", "cross_attention_output_quantizer", "cross_residual_quantizer",
+    "cross_layer_norm_quantizer",
+)
 # The residual stream: float with `float_residual=True`.
-RESIDUAL_QUANTIZER_NAMES = ("attention_residual_quantizer", "feedforward_residual_quantizer")
+RESIDUAL_QUANTIZER_NAMES = ("attention_residual_quantizer", "feedforward_residual_quantizer",
+                            "cross_residual_quantizer")
 # The weight matmuls, each with the quantizers of its int8 input (when the block produces
 # it) and output, which a float matmul (`float_matmuls`) switches off.
 MATMULS = {
@@ -30,6 +38,24 @@ PRE_LN_MATMULS = {
     "intermediate": ("feedforward_layer_norm_quantizer", "intermediate_quantizer"),
     "feedforward_output": ("activation_quantizer", "feedforward_output_quantizer"),
 }
+# The same for a block with cross-attention (post-LN, then pre-LN): the encoder output is
+# rounded by the block (`encoder_quantizer`) for its key/value matmul.
+CROSS_MATMULS = {
+    "qkv": ("qkv_quantizer",),
+    "attention_output": ("context_quantizer", "attention_output_quantizer"),
+    "cross_query": ("attention_layer_norm_quantizer", "cross_query_quantizer"),
+    "cross_key_value": ("encoder_quantizer", "cross_key_value_quantizer"),
+    "cross_attention_output": ("cross_context_quantizer", "cross_attention_output_quantizer"),
+    "intermediate": ("cross_layer_norm_quantizer", "intermediate_quantizer"),
+    "feedforward_output": ("activation_quantizer", "feedforward_output_quantizer"),
+}
+PRE_LN_CROSS_MATMULS = {
+    **PRE_LN_MATMULS,
+    "cross_query": ("cross_layer_norm_quantizer", "cross_query_quantizer"),
+    "cross_key_value": ("encoder_quantizer", "cross_key_value_quantizer"),
+    "cross_attention_output": ("cross_context_quantizer", "cross_attention_output_quantizer"),
+}
+PRE_LN_CROSS_MATMULS = {name: PRE_LN_CROSS_MATMULS[name] for name in CROSS_MATMULS}
 # The settings of the layout (`TransformerEncoderBlock(quantization={...})` takes these
 # keys), with their defaults.
 LAYOUT_DEFAULTS = dict(
@@ -58,12 +84,13 @@ def check_layout_settings(settings):
 
 
 def check_float_matmuls(float_matmuls):
-    """`float_matmuls` as a tuple of `MATMULS` names (in graph order), or an error naming
-    the argument."""
-    if isinstance(float_matmuls, str) or not all(m in MATMULS for m in float_matmuls):
-        raise ValueError(f"`float_matmuls` must be a list of {tuple(MATMULS)}. Received: "
-                         f"float_matmuls={float_matmuls!r}")
-    return tuple(m for m in MATMULS if m in float_matmuls)
+    """`float_matmuls` as a tuple of `CROSS_MATMULS` names (in graph order; the cross
+    ones only for a block with cross-attention), or an error naming the argument."""
+    if isinstance(float_matmuls, str) or not all(m in CROSS_MATMULS for m in float_matmuls):
+        raise ValueError(f"`float_matmuls` must be a list of {tuple(MATMULS)} (and "
+                         f"{tuple(m for m in CROSS_MATMULS if m not in MATMULS)} in a block "
+                         f"with cross-attention). Received: float_matmuls={float_matmuls!r}")
+    return tuple(m for m in CROSS_MATMULS if m in float_matmuls)
 
 
 def check_feedforward_float_channels(feedforward_float_channels, intermediate_dim,

@@ -145,21 +145,18 @@ class TransformerBlockBase(FeedForwardMixin, keras.layers.Layer):
         def columns(kernel):  # (d, ..., H, dk) -> (d, H * dk)
             return ops.reshape(kernel, (d_model, -1))
 
-        def flat(bias, size):  # (..., H, dk) -> (size,), zeros without a bias
-            return ops.zeros((size,)) if bias is None else ops.reshape(bias, (-1,))
-
         if self.fused_qkv:
             qkv_kernel = columns(attention.qkv_kernel)  # (d, 3d)
-            qkv_bias = flat(attention.qkv_bias, 3 * d_model)  # (3d,)
+            qkv_bias = flat_bias(attention.qkv_bias, 3 * d_model)  # (3d,)
         else:
             projections = (attention.query_dense, attention.key_dense, attention.value_dense)
             qkv_kernel = ops.concatenate([columns(p.kernel) for p in projections], axis=1)
-            qkv_bias = ops.concatenate([flat(p.bias, d_model) for p in projections])
+            qkv_bias = ops.concatenate([flat_bias(p.bias, d_model) for p in projections])
         intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
         return dict(
             qkv_kernel=qkv_kernel, qkv_bias=qkv_bias,
             output_kernel=ops.reshape(attention.output_dense.kernel, (d_model, d_model)),
-            output_bias=flat(attention.output_dense.bias, d_model),
+            output_bias=flat_bias(attention.output_dense.bias, d_model),
             attention_gamma=self.self_attention_layer_norm.gamma,
             attention_beta=self.self_attention_layer_norm.beta,
             intermediate_kernel=intermediate.kernel, intermediate_bias=intermediate.bias,
@@ -246,3 +243,8 @@ def resolve_key_dim(d_model, num_heads, key_dim):
             f"num_heads={num_heads}"
         )
     return d_model // num_heads
+
+
+def flat_bias(bias, size):
+    """A projection's bias `(..., H, dk)` as `(size,)`, zeros without a bias."""
+    return ops.zeros((size,)) if bias is None else ops.reshape(bias, (-1,))

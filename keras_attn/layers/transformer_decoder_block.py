@@ -6,6 +6,7 @@ from keras_attn.layers.encoder_int8_layout import EncoderInt8Layout
 from keras_attn.layers.int8_layout_settings import check_layout_settings
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.transformer_block_base import TransformerBlockBase
+from keras_attn.layers.transformer_block_base import flat_bias
 from keras_attn.layers.transformer_block_base import resolve_key_dim
 
 
@@ -68,10 +69,12 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
         kernel_initializer: initializer for every kernel. Defaults to `"glorot_uniform"`.
         bias_initializer: initializer for every bias. Defaults to `"zeros"`.
         quantization: optional dict of int8 layout settings (`EncoderInt8Layout`), for
-            quantization-aware training of a decoder-only block (GPT's) in the layout of
-            its int8 TFLite file, on the same weights, as `TransformerEncoderBlock`'s.
-            A decoder-only block over a whole sequence (no cross-attention, cache,
-            `self_attention_mask` or scores). Defaults to `None` (float).
+            quantization-aware training of the block in the layout of its int8 TFLite
+            file, on the same weights, as `TransformerEncoderBlock`'s: decoder-only (GPT's)
+            or with cross-attention (its query, key/value and output matmuls int8, the
+            encoder output rounded for the key/value matmul), over a whole sequence or a
+            step with the caches (their keys and values are the int8 ones). No
+            `self_attention_mask` or scores. Defaults to `None` (float).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -144,11 +147,6 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
         self.cross_attention = None
         self.cross_attention_layer_norm = None
         self.cross_attention_dropout = None
-        if encoder_sequence_shape is not None and self.quantization is not None:
-            raise ValueError(
-                "The int8 layout (`quantization`) of TransformerDecoderBlock is decoder-only: "
-                "it has no cross-attention yet. Received: an encoder sequence of shape "
-                f"{tuple(encoder_sequence_shape)}")
         if encoder_sequence_shape is not None:
             self.cross_attention = self._attention("cross_attention", key_dim)
             self.cross_attention.build(decoder_sequence_shape, encoder_sequence_shape)
@@ -162,6 +160,42 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
             self._check_int8_layout(d_model, key_dim)
             self._build_int8_layout()
         self.built = True
+
+    # The cross-attention sublayers the int8 layout reads.
+    cross_attention_output_dropout_layer = property(lambda self: self.cross_attention_dropout)
+
+    def _int8_weights(self):
+        """The layout's weights (`EncoderInt8Layout`) and, with cross-attention, its query
+        kernel `(H, H)`, key/value kernel `(E, 2H)` (the K columns, then the V columns),
+        output kernel `(H, H)`, their biases and its LayerNorm's."""
+        weights = super()._int8_weights()
+        attention = self.cross_attention
+        if attention is None:
+            return weights
+        d_model = attention.output_dense.kernel.shape[-1]
+
+        def columns(kernel):  # (rows, H, dk) -> (rows, H * dk)
+            return ops.reshape(kernel, (kernel.shape[0], -1))
+
+        if self.fused_qkv:  # (d, 3, H, dk): unstacked, not sliced (see MultiHeadAttention)
+            query, key, value = ops.unstack(attention.qkv_kernel, axis=1)
+            biases = ([None] * 3 if attention.qkv_bias is None
+                      else ops.unstack(attention.qkv_bias, axis=0))
+        else:
+            projections = (attention.query_dense, attention.key_dense, attention.value_dense)
+            query, key, value = (p.kernel for p in projections)
+            biases = [p.bias for p in projections]
+        query_bias, key_bias, value_bias = (flat_bias(b, d_model) for b in biases)
+        return dict(
+            weights,
+            cross_query_kernel=columns(query), cross_query_bias=query_bias,
+            cross_key_value_kernel=ops.concatenate([columns(key), columns(value)], axis=1),
+            cross_key_value_bias=ops.concatenate([key_bias, value_bias]),
+            cross_output_kernel=ops.reshape(attention.output_dense.kernel, (d_model, d_model)),
+            cross_output_bias=flat_bias(attention.output_dense.bias, d_model),
+            cross_gamma=self.cross_attention_layer_norm.gamma,
+            cross_beta=self.cross_attention_layer_norm.beta,
+        )
 
     def _attention(self, name, key_dim):
         return MultiHeadAttention(
@@ -201,12 +235,12 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
             )  # (B, T)
         encoder_padding_mask = and_masks(encoder_padding_mask, encoder_sequence_mask)
         if self.quantization is not None:
-            self._check_int8_call(
-                attention_mask=self_attention_mask,
-                return_attention_scores=return_attention_scores,
-                self_attention_cache=self_attention_cache is not None)
-            return self._int8_call(decoder_sequence, decoder_padding_mask, training,
-                                   causal=use_causal_mask)
+            self._check_int8_call(attention_mask=self_attention_mask,
+                                  return_attention_scores=return_attention_scores)
+            return self._int8_decoder_call(
+                decoder_sequence, encoder_sequence, decoder_padding_mask,
+                encoder_padding_mask, use_causal_mask, self_attention_cache,
+                self_attention_cache_update_index, cross_attention_cache, training)
         scores = {}
 
         # === Masked self-attention sublayer ===
@@ -243,6 +277,22 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
             if has_cross:
                 outputs += (cross_attention_cache,)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _int8_decoder_call(self, decoder_sequence, encoder_sequence, decoder_padding_mask,
+                           encoder_padding_mask, use_causal_mask, self_attention_cache,
+                           cache_update_index, cross_attention_cache, training):
+        """`call` in the int8 layout: the output, and with a self-attention cache the
+        updated caches, as the float block returns them."""
+        has_cross = self.cross_attention is not None
+        cross = (encoder_sequence, encoder_padding_mask) if has_cross else None
+        if self_attention_cache is None:
+            return self._int8_call(decoder_sequence, decoder_padding_mask, training,
+                                   causal=use_causal_mask, cross=cross)
+        caches = {"self": self_attention_cache, "index": cache_update_index,
+                  "cross": cross_attention_cache}
+        x = self._int8_call(decoder_sequence, decoder_padding_mask, training,
+                            causal=use_causal_mask, cross=cross, caches=caches)
+        return (x, caches["self"]) + ((caches["cross"],) if has_cross else ())
 
     def _cross_attention_sublayer(self, x, encoder_sequence, encoder_padding_mask,
                                   cross_attention_cache, decoding, return_attention_scores,
@@ -306,6 +356,8 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
                 "sequence), so it has no cross-attention cache. Received: "
                 f"encoder_sequence={_describe(encoder_sequence)}"
             )
+        if self.quantization is not None:
+            return self._int8_cross_cache(encoder_sequence, None)  # (B, 2, S_enc, H, dk)
         return self.cross_attention.compute_cross_attention_cache(encoder_sequence)
 
 

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_attn.layers.sinusoidal_position_encoding import sinusoidal_table
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_number_above
@@ -285,6 +286,117 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
         new_cache = dict(cache)
         new_cache["self_attention_cache"] = ops.stack(self_caches, axis=1)
         return logits, new_cache
+
+    # === Graphs of the two halves (export, int8) ===
+
+    def encoder_model(self):
+        """The encoder as a functional model on this model's layers (shared weights):
+        `{"encoder_token_ids", "encoder_padding_mask"}` `(B, S)` -> the `(B, S, d)`
+        encoder outputs that `decoder_step_model` reads. `quantize_model` gives its int8
+        form; a TFLite file of it is the first half of on-device translation.
+
+        Example:
+        >>> model = Seq2SeqTransformer(vocabulary_size=20, num_layers=1, num_heads=2,
+        ...                            hidden_dim=8, intermediate_dim=16)
+        >>> encoder = model.encoder_model()
+        >>> ids = np.array([[5, 6, 7, 0]])
+        >>> outputs = encoder({"encoder_token_ids": ids, "encoder_padding_mask": ids > 0})
+        >>> bool(np.allclose(outputs, model.encode(ids, ids > 0), atol=1e-6))
+        True
+        """
+        inputs = {name: keras.Input((None,), dtype="int32", name=name)
+                  for name in ("encoder_token_ids", "encoder_padding_mask")}
+        x = _embed(self.token_embedding, self.get_layer("position_encoding"),
+                   inputs["encoder_token_ids"])  # (B, S, d)
+        for block in self.encoder_layers:
+            x = block(x, padding_mask=inputs["encoder_padding_mask"])  # (B, S, d)
+        return keras.Model(inputs, x, name=f"{self.name}_encoder")
+
+    def decoder_step_model(self, max_length):
+        """One decoding step as a functional model on this model's layers (shared
+        weights), `next_token_logits` with the caches as tensors in and out, so that a
+        fixed-shape file (TFLite) runs it: inputs
+
+        - `"decoder_token_ids"` `(B, 1)`: the token at position `index`;
+        - `"cache_update_index"` `(B,)` int32: `index`, the same in every row;
+        - `"self_attention_cache"` `(B, N, 2, max_length, h, d_k)`: the keys and values
+          of the positions before (zeros at the start);
+        - `"encoder_outputs"` `(B, S, d)` and `"encoder_padding_mask"` `(B, S)`:
+          `encoder_model`'s outputs and its padding mask;
+
+        outputs `{"logits": (B, V), "self_attention_cache": ...}`, the logits of the next
+        token and the cache with this step's keys and values written. Each block
+        projects the encoder outputs into its cross-attention keys and values at every
+        step (the step needs no second cache). The token embedding is this model's; the
+        decoder blocks are copies with its weights as they are now (a functional model
+        reads a layer's outputs by its first call, which returned one tensor).
+        `quantize_model` gives its int8 form.
+
+        Args:
+            max_length: int, the decoder positions of the cache (BOS + generated tokens).
+
+        Returns:
+            A `keras.Model`.
+
+        Example:
+        >>> model = Seq2SeqTransformer(vocabulary_size=20, num_layers=1, num_heads=2,
+        ...                            hidden_dim=8, intermediate_dim=16)
+        >>> ids = np.array([[5, 6, 7, 0]])
+        >>> step = model.decoder_step_model(max_length=6)
+        >>> out = step({"decoder_token_ids": np.array([[1]]),
+        ...             "cache_update_index": np.array([0]),
+        ...             "self_attention_cache": np.zeros((1, 1, 2, 6, 2, 4), "float32"),
+        ...             "encoder_outputs": np.asarray(model.encode(ids, ids > 0)),
+        ...             "encoder_padding_mask": ids > 0})
+        >>> cache = model.initial_decoding_cache(ids, ids > 0, max_length=6)
+        >>> logits, _ = model.next_token_logits(np.array([[1]]), cache, 0)
+        >>> bool(np.allclose(out["logits"], logits, atol=1e-5))
+        True
+        """
+        check_positive_int("max_length", max_length)
+        head_dim = self.hidden_dim // self.num_heads
+        inputs = {
+            "decoder_token_ids": keras.Input((1,), dtype="int32", name="decoder_token_ids"),
+            "cache_update_index": keras.Input((), dtype="int32", name="cache_update_index"),
+            "self_attention_cache": keras.Input(
+                (self.num_layers, 2, max_length, self.num_heads, head_dim),
+                name="self_attention_cache"),
+            "encoder_outputs": keras.Input((None, self.hidden_dim), name="encoder_outputs"),
+            "encoder_padding_mask": keras.Input((None,), dtype="int32",
+                                                name="encoder_padding_mask"),
+        }
+        index = inputs["cache_update_index"][0]  # () the position of this step's token
+        # (B, N*2, max_length, h, dk): TFLite slices tensors of up to 5 dimensions.
+        cache_in = ops.reshape(inputs["self_attention_cache"],
+                               (-1, 2 * self.num_layers, max_length, self.num_heads, head_dim))
+        # The position's row of a constant sinusoid table (a GATHER in the file, where
+        # sin and cos of a position computed in the graph would not quantize).
+        table = ops.convert_to_numpy(sinusoidal_table(
+            max_length, self.hidden_dim,
+            self.get_layer("position_encoding").max_wavelength))  # (max_length, d)
+        x = self.token_embedding(inputs["decoder_token_ids"])  # (B, 1, d)
+        x = x * math.sqrt(self.hidden_dim) + ops.take(
+            table, inputs["cache_update_index"], axis=0)[:, None]  # (B, 1, d)
+        caches = []
+        # Copies of the blocks, whose first call is this one: a functional model reads
+        # a layer's outputs by its first call, and the blocks' first returned one tensor.
+        blocks = [TransformerDecoderBlock.from_config(block.get_config())
+                  for block in self.decoder_layers]
+        for i, block in enumerate(blocks):
+            x, cache, _ = block(
+                x, inputs["encoder_outputs"],
+                encoder_padding_mask=inputs["encoder_padding_mask"],
+                self_attention_cache=cache_in[:, 2 * i:2 * i + 2],
+                self_attention_cache_update_index=index,
+            )  # (B, 1, d), (B, 2, max_length, h, dk)
+            caches.append(cache)
+        outputs = {"logits": self.token_embedding(x[:, -1], reverse=True),  # (B, V)
+                   "self_attention_cache": ops.reshape(
+                       ops.concatenate(caches, axis=1),
+                       (-1, self.num_layers, 2, max_length, self.num_heads, head_dim))}
+        for block, source in zip(blocks, self.decoder_layers):
+            block.set_weights(source.get_weights())
+        return keras.Model(inputs, outputs, name=f"{self.name}_decoder_step")
 
     # === Presets and config ===
 

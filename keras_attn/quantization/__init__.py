@@ -10,6 +10,7 @@ from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
+from keras_attn.layers.quantized_reversible_embedding import QuantizedReversibleEmbedding
 from keras_attn.quantization.crf_tagger_copy import CrfTaggerCopy
 from keras_attn.quantization.dequantize_model import dequantize_model
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
@@ -22,6 +23,7 @@ __all__ = [
     "CrfTaggerCopy",
     "QuantizedDense",
     "QuantizedEmbedding",
+    "QuantizedReversibleEmbedding",
     "QuantizedLayerNormalization",
     "QuantizationRecipe",
     "QuantizedModel",

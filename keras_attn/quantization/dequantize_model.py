@@ -7,6 +7,7 @@ from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
+from keras_attn.layers.quantized_reversible_embedding import QuantizedReversibleEmbedding
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
 from keras_attn.quantization.crf_tagger_copy import with_crf_loss
@@ -59,6 +60,8 @@ class _FloatGraph:
                                       name=layer.name)
         if isinstance(layer, QuantizedEmbedding):
             return keras.layers.Embedding(**config)
+        if isinstance(layer, QuantizedReversibleEmbedding):
+            return keras.layers.ReversibleEmbedding(**config)
         if isinstance(layer, QuantizedLayerNormalization):
             del config["decay"], config["quantize"]
             return keras.layers.LayerNormalization(**config)

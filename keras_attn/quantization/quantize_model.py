@@ -1,22 +1,25 @@
 """`quantize_model`: the quantization-aware form of a functional or `Sequential` Keras model
-of Keras layers and keras-attn's encoder blocks, decoder-only blocks and embeddings, nested
-models included (blocks with cross-attention and the relative-attention blocks are not yet known
-to it: they stay float, named in its warning).
+of Keras layers and keras-attn's encoder blocks, decoder blocks (decoder-only or with
+cross-attention, with or without their caches) and embeddings, nested models included (the
+relative-attention blocks of Transformer-XL and XLNet are not yet known to it: they stay
+float, named in its warning).
 
 The model is cloned (`keras.models.clone_model`) with every `Dense` replaced by a
 `QuantizedDense` (int8 weights, per output channel by default, and an int8 output; its bias
 rounded at the int32 scale the file stores) and every last-axis `LayerNormalization` by a
 `QuantizedLayerNormalization` (its MEAN, SUB, MUL, RSQRT rounded as the int8 file rounds
 them) and every `Embedding` by a `QuantizedEmbedding` (its table rounded to the one int8
-scale the file's GATHER reads), every `TransformerEncoderBlock`, decoder-only
+scale the file's GATHER reads; a `ReversibleEmbedding` by a `QuantizedReversibleEmbedding`,
+whose logits read the same int8 table), every `TransformerEncoderBlock`,
 `TransformerDecoderBlock` and `TokenAndPositionEmbedding` by the same layer with its int8
 layout (`quantization`), holding the same weights, an `ActivationQuantizer` on each float
 model input (the file's QUANTIZE) and after every other layer whose output the int8 TFLite
-file stores in int8 (Jacob et al., 2018). `keras_attn.export.model_int8_tflite`
-writes the full-int8 file. Layers that keep their input's int8 scale (dropout, reshaping,
-slicing, max pooling) get none. A layer `quantize_model` does not know stays float, gets no
-quantizer and is named in a warning: the TFLite converter then calibrates its output (post-
-training), nothing is rounded in silence.
+file stores in int8 (Jacob et al., 2018), the float `x * c`, `x + y` of a functional graph
+included (all-int8 only: a float residual stream keeps them float).
+`keras_attn.export.model_int8_tflite` writes the full-int8 file. Layers that keep their
+input's int8 scale (dropout, reshaping, slicing, max pooling) get none. A layer
+`quantize_model` does not know stays float, gets no quantizer and is named in a warning: the
+TFLite converter then calibrates its output (post-training), nothing is rounded in silence.
 
 Example:
 >>> inputs = keras.Input((4,))
@@ -36,12 +39,13 @@ import numpy as np
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.crf import CRF
 from keras_attn.layers.feedforward_float_channels import ChannelRanges
-from keras_attn.layers.int8_layout_settings import MATMULS
 from keras_attn.layers.int8_layout_settings import check_feedforward_float_channels
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
 from keras_attn.layers.quantized_layer_normalization import QuantizedLayerNormalization
+from keras_attn.layers.quantized_reversible_embedding import QuantizedReversibleEmbedding
+from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.validation import check_bool
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
@@ -61,12 +65,15 @@ SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Res
 DECODED_OUTSIDE = (CRF,)
 # Keras operations (`x[:, 0]`, `ops.reshape` in a functional model) that keep the scale.
 SCALE_KEEPING_OPS = ("GetItem", "Reshape", "Squeeze", "ExpandDims", "Transpose")
+# Keras operations of a functional model (`x * c`, `x + y`) computed in int8 (ADD, MUL)
+# in an all-int8 file: their float outputs are rounded by a quantizer.
+ROUNDED_OPS = ("Add", "Multiply", "Subtract")
 # Keras layers computed in int8 after their output is rounded by a quantizer.
 ROUNDED = (keras.layers.LayerNormalization, keras.layers.Activation, keras.layers.ReLU,
            keras.layers.Add, keras.layers.Subtract, keras.layers.Multiply,
            keras.layers.Concatenate, keras.layers.Average, keras.layers.AveragePooling1D,
            keras.layers.GlobalAveragePooling1D, keras.layers.Softmax, keras.layers.Embedding,
-           keras.layers.Lambda)
+           keras.layers.Lambda, SinusoidalPositionEncoding)
 
 
 def quantize_model(model, weight_quantization="per_channel", decay=0.999,
@@ -143,7 +150,7 @@ def model_quantization_ops(model):
         if _nested(layer):
             names += model_quantization_ops(layer)
         elif quantizable_block(layer) or _quantized(layer, BLOCKS):
-            names += [f"{layer.name}/{matmul}" for matmul in MATMULS]
+            names += [f"{layer.name}/{matmul}" for matmul in layer.int8_matmuls()]
         elif isinstance(layer, (keras.layers.Dense, keras.layers.Embedding, QuantizedDense,
                                 TokenAndPositionEmbedding, TiedEmbeddingLogits)):
             names.append(layer.name)
@@ -172,9 +179,8 @@ def _nested(layer):
 
 
 def quantizable_block(layer):
-    """A float block that has an int8 layout (an encoder block, a decoder-only block)."""
-    return (isinstance(layer, BLOCKS) and layer.quantization is None
-            and getattr(layer, "cross_attention", None) is None)
+    """A float block that has an int8 layout (an encoder block, a decoder block)."""
+    return isinstance(layer, BLOCKS) and layer.quantization is None
 
 
 def _quantized(layer, kind):
@@ -198,6 +204,7 @@ class _Int8Graph:
         self.inputs = {}  # id(model input) -> its quantized tensor
         self.readers = {}  # id(cloned layer) -> the layer set to read its input
         self.embeddings = {}  # id(TokenAndPositionEmbedding) -> (it, its copy): tied heads
+        self.calls = {}  # layer name -> how many of its calls have an output quantizer
 
     def clone(self, layer):
         clone = self._clone(layer)
@@ -227,15 +234,18 @@ class _Int8Graph:
             # With a float residual stream: in float, with the ops of the int8 layout.
             return QuantizedLayerNormalization(decay=decay, quantize=not float_residual,
                                                **layer.get_config())
+        if isinstance(layer, keras.layers.ReversibleEmbedding) and not isinstance(
+                layer, QuantizedReversibleEmbedding) and int8:
+            return QuantizedReversibleEmbedding(**layer.get_config())
         if isinstance(layer, keras.layers.Embedding) and not isinstance(
-                layer, QuantizedEmbedding) and int8:
+                layer, (QuantizedEmbedding, QuantizedReversibleEmbedding)) and int8:
             return QuantizedEmbedding(**layer.get_config())
         if quantizable_block(layer):
             return layer.__class__.from_config({**layer.get_config(), "quantization": {
                 "weight_quantization": self.weight_quantization, "decay": decay,
                 "float_residual": float_residual, "quantize_output": not float_residual,
                 "feedforward_float_channels": self.feedforward_float_channels,
-                "float_matmuls": [matmul for matmul in MATMULS
+                "float_matmuls": [matmul for matmul in layer.int8_matmuls()
                                   if f"{layer.name}/{matmul}" in self.float_ops]}})
         if isinstance(layer, TiedEmbeddingLogits) and layer.quantization is None:
             return TiedEmbeddingLogits(self.tied_embedding(layer.embedding()), name=layer.name,
@@ -252,14 +262,36 @@ class _Int8Graph:
         if isinstance(layer, QuantizedDense) or (
                 _quantized(layer, BLOCKS) and not layer.norm_first):
             layer = self.reading(layer, self.producers.get(id(first)))
+        if isinstance(layer, QuantizedReversibleEmbedding) and kwargs.get("reverse") \
+                and self.producers.get(id(first)) is None:
+            # The logits' matmul reads a float tensor (a float residual stream's end).
+            quantizer = ActivationQuantizer(decay=self.decay,
+                                            name=f"{layer.name}_reverse_input_quantizer")
+            args = (quantizer(args[0]),) + args[1:]
         outputs = layer(*args, **kwargs)
         self.produced(outputs, self.output_producer(layer, outputs, first))
-        if isinstance(layer, ROUNDED) and layer.name not in self.float_ops:
+        if self.rounds_output(layer, outputs):
             quantizer = ActivationQuantizer(decay=self.decay,
-                                            name=f"{layer.name}_output_quantizer")
+                                            name=self.output_quantizer_name(layer))
             outputs = keras.tree.map_structure(quantizer, outputs)
             self.produced(outputs, quantizer)
         return outputs
+
+    def rounds_output(self, layer, outputs):
+        """Whether the file stores `layer`'s output in int8 and it has no quantizer yet: a
+        layer of `ROUNDED`, or in an all-int8 model a float `ROUNDED_OPS` operation (a
+        functional model's `x * c`, `x + y`)."""
+        if isinstance(layer, ROUNDED):
+            return layer.name not in self.float_ops
+        return (type(layer).__name__ in ROUNDED_OPS and not self.float_residual
+                and all(keras.backend.is_float_dtype(tensor.dtype)
+                        for tensor in keras.tree.flatten(outputs)))
+
+    def output_quantizer_name(self, layer):
+        """`<layer>_output_quantizer`, numbered from the second call of `layer` on (a
+        `ReversibleEmbedding` gathers the source and target tokens and projects)."""
+        calls = self.calls[layer.name] = self.calls.get(layer.name, 0) + 1
+        return f"{layer.name}_output_quantizer" + (f"_{calls - 1}" if calls > 1 else "")
 
     def output_producer(self, layer, outputs, first):
         """The quantizer whose int8 codes `layer`'s outputs carry (`None`: float)."""
@@ -438,7 +470,8 @@ def freeze_model_ranges(model, frozen=True):
             (float(quantizer.min_value.numpy()), float(quantizer.max_value.numpy()))
             if frozen else None)
     for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, (QuantizedDense, QuantizedEmbedding)) or _quantized(
+        if isinstance(layer, (QuantizedDense, QuantizedEmbedding,
+                              QuantizedReversibleEmbedding)) or _quantized(
                 layer, BLOCKS + (TokenAndPositionEmbedding, TiedEmbeddingLogits)):
             layer.freeze_weight_ranges(frozen)
         producer = None
