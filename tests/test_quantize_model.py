@@ -475,6 +475,19 @@ def test_a_translation_transformer_becomes_an_int8_file(seq2seq_trained, tmp_pat
     assert np.mean(outputs.argmax(-1)[real] == y[:rows][real]) >= float_accuracy - 0.02
 
 
+def test_representative_inputs_of_another_shape_or_kind_are_refused(tmp_path):
+    """The file's examples are checked against its inputs before the conversion: another
+    length, or float values for integer ids, is an error naming the input (NumPy's int64
+    ids are taken as int32: the translation test's encoder examples)."""
+    ids = keras.Input((8,), dtype="int32", name="token_ids")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(20, 4)(ids))
+    qat = quantize_model(keras.Model(ids, keras.layers.Dense(2)(pooled)))
+    with pytest.raises(ValueError, match=r"'token_ids'.*shape \(6,\).*takes \(8,\)"):
+        export_model_int8_tflite(qat, tmp_path / "m.tflite", [np.ones((2, 6), "int32")])
+    with pytest.raises(ValueError, match="float64 values.*int32 input 'token_ids'"):
+        export_model_int8_tflite(qat, tmp_path / "m.tflite", [np.full((2, 8), 1.5)])
+
+
 def greedy_translations(step, encoder_outputs, encoder_padding_mask, max_length):
     """Greedy decoding with a `decoder_step_model`-shaped callable (BOS 1): the tokens
     `(B, max_length)` and each step's inputs."""
@@ -519,7 +532,8 @@ def test_translation_runs_as_an_int8_encoder_and_an_int8_decoding_step(seq2seq_t
     calibrate_model(step, step_inputs)
     encoder_file = export_model_int8_tflite(
         encoder, tmp_path / "encoder_int8.tflite",
-        [{k: v[i:i + 1] for k, v in source.items()} for i in range(16)], sequence_length=length)
+        [{k: v[i:i + 1].astype("int64") for k, v in source.items()} for i in range(16)],
+        sequence_length=length)
     step_file = export_model_int8_tflite(
         step, tmp_path / "decoder_step_int8.tflite",
         [{k: v[i:i + 1] for k, v in inputs.items()} for inputs in step_inputs for i in (0, 1)],

@@ -56,8 +56,8 @@ def export_model_int8_tflite(model, output_path, representative_inputs, sequence
         ValueError: an input of unknown size, or no representative inputs.
         TFLiteExportError: the conversion failed, or a Flex/custom op appeared.
     """
-    names = [spec.name for spec in batch_one_specs(emissions_model(model), sequence_length)]
-    return _export(model, output_path, "int8", _rows(representative_inputs, names),
+    specs = batch_one_specs(emissions_model(model), sequence_length)
+    return _export(model, output_path, "int8", _rows(representative_inputs, specs),
                    sequence_length)
 
 
@@ -115,8 +115,11 @@ def batch_one_specs(model, sequence_length=None):
     return specs
 
 
-def _rows(representative_inputs, names):
-    """`{input name: (N, 1, ...) array}` of the examples, one row each."""
+def _rows(representative_inputs, specs):
+    """`{input name: (N, 1, ...) array}` of the examples, one row each, in the dtype of
+    the file's input (NumPy's int64 ids as int32); an error naming an input whose examples
+    have another shape or cannot take the dtype."""
+    names = [spec.name for spec in specs]
     rows = {name: [] for name in names}
     for batch in representative_inputs:
         values = batch if isinstance(batch, dict) else dict(zip(names, keras.tree.flatten(batch)))
@@ -125,7 +128,25 @@ def _rows(representative_inputs, names):
     if not rows[names[0]]:
         raise ValueError("`representative_inputs` holds no example: give a few real inputs "
                          "(the converter calibrates the tensors QAT does not round).")
-    return {name: np.stack(value) for name, value in rows.items()}
+    return {spec.name: _typed(spec, np.stack(rows[spec.name])) for spec in specs}
+
+
+def _typed(spec, rows):
+    """The examples `(N, 1, ...)` of the input `spec` in its dtype, or an error."""
+    dtype = np.dtype(spec.dtype.as_numpy_dtype)
+    shape = tuple(spec.shape)
+    if rows.shape[1:] != shape:
+        raise ValueError(
+            f"`representative_inputs[{spec.name!r}]` has examples of shape "
+            f"{rows.shape[2:]}, the file's input {spec.name!r} takes {shape[1:]} (batch 1): "
+            "give examples of the file's length (`sequence_length`), padded or cut.")
+    exact = np.issubdtype(dtype, np.integer) and not np.issubdtype(rows.dtype, np.integer)
+    if (exact and rows.dtype != bool) or (np.issubdtype(dtype, np.integer) and rows.size and (
+            rows.min() < np.iinfo(dtype).min or rows.max() > np.iinfo(dtype).max)):
+        raise ValueError(
+            f"`representative_inputs[{spec.name!r}]` holds {rows.dtype} values the file's "
+            f"{dtype} input {spec.name!r} cannot take exactly: give {dtype} examples.")
+    return rows.astype(dtype)
 
 
 def _convert_job(model_path, data_path, work, output_path, sequence_length, variant="int8"):
