@@ -1,8 +1,9 @@
 """`EncoderInt8Layout`: the int8 layout of a Transformer block (post-LN as BERT's, pre-LN
-and causal as GPT's), fake-quantized for quantization-aware training, rounding where its int8
-TFLite file rounds. Mixed into `TransformerEncoderBlock` and `TransformerDecoderBlock` (their
-`quantization` setting); each supplies its weights through
-`_int8_weights()`."""
+and causal as GPT's, with cross-attention as the translation Transformer's decoder, over a
+whole sequence or a decoding step with its caches), fake-quantized for quantization-aware
+training, rounding where its int8 TFLite file rounds. Mixed into `TransformerEncoderBlock`
+and `TransformerDecoderBlock` (their `quantization` setting); each supplies its weights
+through `_int8_weights()`."""
 
 import math
 
@@ -60,6 +61,16 @@ class EncoderInt8Layout(FeedforwardFloatChannels):
     file computes: ADD and LayerNorm in float between a DEQUANTIZE and a QUANTIZE, every
     weight matmul in int8, the attention products, softmax and GELU in float
     (`export.tflite_float_ops`), so the calibrated model predicts the file.
+
+    Cross-attention (a `TransformerDecoderBlock` built with an encoder sequence `E`) is a
+    third sublayer after the self-attention, `u = LN(y + CrossAttn(y, E))` (pre-LN:
+    `u = y + CrossAttn(LN(y), E)`), in the same layout: the query `(H, H)`, the key/value
+    `(E, 2H)` of the encoder output (rounded by the block's `encoder_quantizer`) and the
+    output `(H, H)` are int8 matmuls, its residual sum and LayerNorm as the
+    self-attention's. Decoding step by step, the self-attention cache `(B, 2, S_max, n, d)`
+    takes this step's int8 keys and values at its index and the queries attend over the
+    slots written so far; the cross cache holds the int8 keys and values of the encoder
+    output. A step's outputs are the whole sequence's, exactly.
 
     `feedforward_float_channels=k` (with `float_residual`) runs the k widest hidden
     channels of the feed-forward network in float, the mixed-precision decomposition of
