@@ -178,9 +178,10 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
             return ops.reshape(kernel, (kernel.shape[0], -1))
 
         if self.fused_qkv:  # (d, 3, H, dk): unstacked, not sliced (see MultiHeadAttention)
-            query, key, value = ops.unstack(attention.qkv_kernel, axis=1)
+            # (The variables as tensors first: JAX does not unstack a Keras variable.)
+            query, key, value = ops.unstack(ops.convert_to_tensor(attention.qkv_kernel), axis=1)
             biases = ([None] * 3 if attention.qkv_bias is None
-                      else ops.unstack(attention.qkv_bias, axis=0))
+                      else ops.unstack(ops.convert_to_tensor(attention.qkv_bias), axis=0))
         else:
             projections = (attention.query_dense, attention.key_dense, attention.value_dense)
             query, key, value = (p.kernel for p in projections)
