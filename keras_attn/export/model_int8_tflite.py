@@ -140,8 +140,8 @@ def _typed(spec, rows):
             f"`representative_inputs[{spec.name!r}]` has examples of shape "
             f"{rows.shape[2:]}, the file's input {spec.name!r} takes {shape[1:]} (batch 1): "
             "give examples of the file's length (`sequence_length`), padded or cut.")
-    exact = np.issubdtype(dtype, np.integer) and not np.issubdtype(rows.dtype, np.integer)
-    if (exact and rows.dtype != bool) or (np.issubdtype(dtype, np.integer) and rows.size and (
+    integers = np.issubdtype(rows.dtype, np.integer) or rows.dtype == bool
+    if np.issubdtype(dtype, np.integer) and (not integers or rows.size and (
             rows.min() < np.iinfo(dtype).min or rows.max() > np.iinfo(dtype).max)):
         raise ValueError(
             f"`representative_inputs[{spec.name!r}]` holds {rows.dtype} values the file's "

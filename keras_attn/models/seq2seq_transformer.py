@@ -355,28 +355,12 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
         """
         check_positive_int("max_length", max_length)
         head_dim = self.hidden_dim // self.num_heads
-        inputs = {
-            "decoder_token_ids": keras.Input((1,), dtype="int32", name="decoder_token_ids"),
-            "cache_update_index": keras.Input((), dtype="int32", name="cache_update_index"),
-            "self_attention_cache": keras.Input(
-                (self.num_layers, 2, max_length, self.num_heads, head_dim),
-                name="self_attention_cache"),
-            "encoder_outputs": keras.Input((None, self.hidden_dim), name="encoder_outputs"),
-            "encoder_padding_mask": keras.Input((None,), dtype="int32",
-                                                name="encoder_padding_mask"),
-        }
+        inputs = self._decoder_step_inputs(max_length)
         index = inputs["cache_update_index"][0]  # () the position of this step's token
         # (B, N*2, max_length, h, dk): TFLite slices tensors of up to 5 dimensions.
         cache_in = ops.reshape(inputs["self_attention_cache"],
                                (-1, 2 * self.num_layers, max_length, self.num_heads, head_dim))
-        # The position's row of a constant sinusoid table (a GATHER in the file, where
-        # sin and cos of a position computed in the graph would not quantize).
-        table = ops.convert_to_numpy(sinusoidal_table(
-            max_length, self.hidden_dim,
-            self.get_layer("position_encoding").max_wavelength))  # (max_length, d)
-        x = self.token_embedding(inputs["decoder_token_ids"])  # (B, 1, d)
-        x = x * math.sqrt(self.hidden_dim) + ops.take(
-            table, inputs["cache_update_index"], axis=0)[:, None]  # (B, 1, d)
+        x = self._decoder_step_embedding(inputs, max_length)  # (B, 1, d)
         caches = []
         # Copies of the blocks, whose first call is this one: a functional model reads
         # a layer's outputs by its first call, and the blocks' first returned one tensor.
@@ -397,6 +381,31 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
         for block, source in zip(blocks, self.decoder_layers):
             block.set_weights(source.get_weights())
         return keras.Model(inputs, outputs, name=f"{self.name}_decoder_step")
+
+    def _decoder_step_inputs(self, max_length):
+        """The `keras.Input`s of `decoder_step_model`."""
+        head_dim = self.hidden_dim // self.num_heads
+        return {
+            "decoder_token_ids": keras.Input((1,), dtype="int32", name="decoder_token_ids"),
+            "cache_update_index": keras.Input((), dtype="int32", name="cache_update_index"),
+            "self_attention_cache": keras.Input(
+                (self.num_layers, 2, max_length, self.num_heads, head_dim),
+                name="self_attention_cache"),
+            "encoder_outputs": keras.Input((None, self.hidden_dim), name="encoder_outputs"),
+            "encoder_padding_mask": keras.Input((None,), dtype="int32",
+                                                name="encoder_padding_mask"),
+        }
+
+    def _decoder_step_embedding(self, inputs, max_length):
+        """`sqrt(d) W_emb[x] + PE(index)` `(B, 1, d)` of a step: the position's row of a
+        constant sinusoid table (a GATHER in the file, where sin and cos of a position
+        computed in the graph would not quantize)."""
+        table = ops.convert_to_numpy(sinusoidal_table(
+            max_length, self.hidden_dim,
+            self.get_layer("position_encoding").max_wavelength))  # (max_length, d)
+        x = self.token_embedding(inputs["decoder_token_ids"])  # (B, 1, d)
+        return x * math.sqrt(self.hidden_dim) + ops.take(
+            table, inputs["cache_update_index"], axis=0)[:, None]  # (B, 1, d)
 
     # === Presets and config ===
 
