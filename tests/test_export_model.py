@@ -95,6 +95,10 @@ def test_the_int8_file_is_within_the_budget_of_the_float_model(exported):
     # The default budget on 34 examples: one example (2.94 points).
     assert budget["max_accuracy_drop"] == pytest.approx(100 / len(y_dev), abs=1e-4)
     assert budget["file"]["within_budget"]
+    # The file measured beside its score: the network, before its metadata is added.
+    first = budget["file"]["steps"][0]
+    assert 0.8 < first["size_bytes"] / (output / "model_int8.tflite").stat().st_size < 1
+    assert first["p50_ms"] > 0
     assert 100 * (float_accuracy - int8_accuracy) <= budget["max_accuracy_drop"] + 1e-9
     rows = {row["artifact"]: row for row in report["artifacts"]}
     assert rows["model_int8.tflite"]["metric"] == pytest.approx(int8_accuracy)

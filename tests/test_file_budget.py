@@ -6,6 +6,7 @@ import pytest
 
 from keras_attn.export.export_report import budget_markdown
 from keras_attn.export.file_budget import file_budget
+from keras_attn.export.file_budget import file_measures
 from tests.quantized_bert import quantized_bert
 
 pytestmark = pytest.mark.tensorflow
@@ -79,9 +80,16 @@ def test_the_moves_are_bounded_and_a_file_that_still_misses_says_so():
     model = _model()
     score_file, calls = _scorer({frozenset(ORDER[1:k]): 80.0 for k in range(1, 5)})
     score_twin, _ = _scorer({frozenset(ORDER[1:k]): 89.9 for k in range(1, 5)})
-    chosen, record = file_budget(model, _budget(), score_file, score_twin, lambda: ORDER,
-                                 max_moves=2)
+    lines = []
+    chosen, record = file_budget(
+        model, _budget(), score_file, score_twin, lambda: ORDER, max_moves=2, log=lines.append,
+        measure_file=lambda m: {"size_bytes": 100_000 * (1 + len(m.float_ops)),
+                                "p50_ms": 1.0 + 0.25 * len(m.float_ops)})
     assert len(calls) == 3 and record["moved"] == ORDER[1:3] and record["max_moves"] == 2
+    # Each step's file measured beside its score: the price of each move.
+    assert [(s["size_bytes"], s["p50_ms"]) for s in record["steps"]] == [
+        (100_000, 1.0), (200_000, 1.25), (300_000, 1.5)]
+    assert lines[-1].endswith("; 0.30 MB, p50 1.50 ms (1 thread)")
     assert not record["within_budget"] and record["twin_within_budget"]
     page = "\n".join(budget_markdown({**_budget(), "file": {
         **record, "split": "dev", "examples": 200, "builtin_kernels_metric": 79.5,
@@ -95,7 +103,8 @@ def test_the_moves_are_bounded_and_a_file_that_still_misses_says_so():
                     "| `model_int8.tflite`, LiteRT builtin kernels | 79.50 | 10.50 | "
                     "NOT within |"]
     assert "Verdict: `model_int8.tflite` is NOT within the budget" in page
-    assert "| + `transformer_layer_0/qkv` | 80.00 | 10.00 | 89.90 | 0.10 |" in page
+    assert "| + `transformer_layer_0/qkv` | 80.00 | 10.00 | 89.90 | 0.10 | 0.30 MB | 1.50 |" \
+        in page
     # No moves at all: the first score is the verdict.
     _, none = file_budget(model, _budget(), score_file, score_twin, ORDER, max_moves=0)
     assert none["moved"] == [] and not none["within_budget"]
@@ -118,3 +127,12 @@ def test_an_earlier_exports_moves_are_kept_when_its_model_is_scored_again():
     assert record["moved"] == ["embeddings"]
     assert [s["file_metric"] for s in record["steps"]] == [88.0, 89.7]
     assert record["steps"][-1]["twin_metric"] == 90.0 and record["within_budget"]
+
+
+def test_a_file_is_measured_by_its_size_and_timed_calls(tmp_path):
+    path = tmp_path / "model_int8.tflite"
+    path.write_bytes(b"0" * 1234)
+    calls = []
+    measures = file_measures(path, lambda: calls.append(1), runs=7)
+    assert measures["size_bytes"] == 1234 and len(calls) == 3 + 7  # warm-up, then timed
+    assert 0 <= measures["p50_ms"] < 1

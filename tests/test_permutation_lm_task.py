@@ -7,8 +7,11 @@ import keras
 import numpy as np
 import pytest
 
+from keras_attn.export.run_exporter import ExportOptions
+from keras_attn.export.run_exporter import export_run
 from keras_attn.models.xlnet_classifier import XLNetClassifier
 from keras_attn.models.xlnet_lm import XLNetLM
+from keras_attn.quantization.model_queries import activation_quantizers
 from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.tasks.classification_task import ClassificationTask
@@ -124,6 +127,32 @@ def test_classification_and_ner_fine_tune_a_permutation_lm_encoder(tmp_path):
     assert results["history"][-1]["dev"]["accuracy"] > 0.8
     ner = NerTask(TrainingConfig.from_dict({**config.to_dict(), "task": "ner"}), tmp_path / "n")
     assert ner.pretraining_run().path == tmp_path / "plm"
+    _quantization_aware_run_exports(config, tmp_path)
+
+
+def _quantization_aware_run_exports(config, tmp_path):
+    """The XLNet classifier run continues quantization-aware (XLNet's blocks in their int8
+    layout) and `keras-attn export` takes the two runs: every artifact written, the int8
+    file within the budget of the float model on dev (measured: 0.875 = float, agreement
+    1.0), the float files and the text-in SavedModel equal to Keras."""
+    values = config.to_dict()
+    values.update(output_dir=str(tmp_path / "qat"))
+    values["model"].update(checkpoint=str(tmp_path / "run"), quantization_aware=True)
+    values["train"].update(epochs=2, learning_rate=1e-4)
+    Trainer(TrainingConfig.from_dict(values), log=lambda line: None).run()
+    assert activation_quantizers(keras.saving.load_model(tmp_path / "qat" / "model.keras"))
+    report = export_run(tmp_path / "run", tmp_path / "export", ExportOptions(
+        qat_run=str(tmp_path / "qat"), latency_runs=1, latency_threads=(1,),
+        golden_examples=0, length_buckets=False))
+    for name in ("model_int8.tflite", "model_text.tflite", "saved_model/saved_model.pb",
+                 "model_dynamic_int8.onnx"):
+        assert (tmp_path / "export" / name).is_file(), name
+    table = {row["artifact"]: row for row in report["artifacts"]}
+    reference = table["model.keras (float, Keras)"]["metric"]
+    assert reference > 0.8
+    for name in ("model_fp32.tflite", "model.onnx", "saved_model/ (predict_ids)"):
+        assert table[name]["agreement"] == 1.0 and table[name]["metric"] == reference, name
+    assert table["model_int8.tflite"]["metric"] >= reference - 0.1
 
 
 # --- Distribution strategies and resume -------------------------------------------------

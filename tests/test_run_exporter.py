@@ -285,6 +285,7 @@ def test_a_file_that_misses_the_budget_moves_an_op_and_is_converted_again(
     run, export_dir = tmp_path / "run", tmp_path / "export"
     shutil.copytree(ner[0], run)
     shutil.copytree(ner[1], export_dir)
+    shipped_before = (export_dir / "model_int8.tflite").stat().st_size
     metrics = json.loads((export_dir / "qat" / "metrics.json").read_text())
     metrics["quantization_budget"]["max_accuracy_drop"] = -1
     (export_dir / "qat" / "metrics.json").write_text(json.dumps(metrics))
@@ -299,6 +300,12 @@ def test_a_file_that_misses_the_budget_moves_an_op_and_is_converted_again(
     moved = report["quantization_sensitivity"][1]["op"]
     assert record["moved"] == [moved] and not record["within_budget"]
     assert len(record["steps"]) == 2 and record["steps"][1]["float_ops"][-1] == moved
+    # Each step's file measured as the budget scored it (the first: the earlier export's
+    # file, its metadata inside; the second converted again, the metadata added after).
+    shipped = (export_dir / "model_int8.tflite").stat().st_size
+    assert record["steps"][0]["size_bytes"] == shipped_before
+    assert 0 < record["steps"][1]["size_bytes"] < shipped
+    assert all(step["p50_ms"] > 0 for step in record["steps"])
     qat = RunDirectory(export_dir / "qat")
     assert moved in qat.metrics()["float_ops"]
     assert moved in model_quantization_ops(qat.load_model())

@@ -275,7 +275,9 @@ def test_bad_arguments(tokenizer):
     model = BertClassifier(backbone, num_classes=3)
     with pytest.raises(ValueError, match="one label per model output"):
         export_saved_model(model, tokenizer, LabelVocabulary(["a", "b"]), "unused")
-    with pytest.raises(ValueError, match="BertClassifier or a BertTokenClassifier"):
+    with pytest.raises(ValueError, match="must be a classifier or a tagger .BertClassifier, "
+                       "XLNetClassifier, BertTokenClassifier, XLNetTokenClassifier.. "
+                       "Received: model=BertBackbone"):
         export_saved_model(backbone, tokenizer, LabelVocabulary(["a"]), "unused")
     tagger = BertTokenClassifier(backbone, num_labels=3)
     with pytest.raises(ValueError, match="IOB tags"):

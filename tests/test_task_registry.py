@@ -70,8 +70,8 @@ def test_config_checks_follow_the_registry(task):
         assert TrainingConfig.from_dict(values).model.quantization_aware
     else:
         with pytest.raises(ConfigError, match=re.escape(
-                f"`model.quantization_aware` trains BERT classifiers and taggers for int8 "
-                f"export. Received: task={task!r}")):
+                "`model.quantization_aware` trains classifiers and taggers (BERT's and "
+                f"XLNet's) for int8 export. Received: task={task!r}")):
             TrainingConfig.from_dict(values)
     values["model"] = {"preset": "p", "tokenizer": "bytes"}
     if spec.character_tokenizer:

@@ -287,7 +287,9 @@ def test_signature_shapes(classifier, tagger):
 
 def test_unsupported_model_is_an_error(tokenizer, tmp_path):
     backbone = _backbone(tokenizer)
-    with pytest.raises(ValueError, match="must be a BertClassifier or a BertTokenClassifier"):
+    with pytest.raises(ValueError, match="must be a classifier or a tagger .BertClassifier, "
+                       "XLNetClassifier, BertTokenClassifier, XLNetTokenClassifier."
+                       " .the text TFLite graph packs"):
         export_text_tflite(backbone, tokenizer, tmp_path / "x.tflite")
     model = BertClassifier(backbone, num_classes=2)
     with pytest.raises(ValueError, match="must be a WordPieceTokenizer"):

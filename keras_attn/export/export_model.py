@@ -27,6 +27,7 @@ from keras_attn import atomic_files
 from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_report import report_markdown
 from keras_attn.export.file_budget import file_budget
+from keras_attn.export.file_budget import file_measures
 from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.golden_vectors import model_card
 from keras_attn.export.model_int8_tflite import batch_one_specs
@@ -299,10 +300,15 @@ def _within_budget(quantized, rows, score, data, batches, sequence_length, outpu
         logits = _file_outputs(file_of(candidate), candidate.model, examples, builtin_kernels)
         return accuracy(predictions(logits, batch), y)
 
+    def measure_file(candidate):
+        path = file_of(candidate)
+        return file_measures(path, _timed_call(path, candidate.model, examples, 1))
+
     try:
         chosen, record = file_budget(chosen, budget, score_file, score,
                                      lambda: [row["op"] for row in rows()],
-                                     log=lambda message: log("  " + message))
+                                     log=lambda message: log("  " + message),
+                                     measure_file=measure_file)
         builtin = 100 * score_file(chosen, builtin_kernels=True)
         record.update(split="validation_data", examples=len(examples),
                       builtin_kernels_metric=round(builtin, 4),

@@ -171,12 +171,15 @@ def _file_moves(file):
     lines = ["", f"The file missed: ops moved to float for it, each file converted again (at "
              f"most {file['max_moves']}); their float weights add "
              f"{file['size_cost_bytes'] / 1e6:.2f} MB more.", "",
-             "| ops in float | file (XNNPACK) | below float | calibrated model | below float |",
-             "| --- | --- | --- | --- | --- |"]
+             "| ops in float | file (XNNPACK) | below float | calibrated model | below float "
+             "| file size | p50 ms (1 thread) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     first = len(file["float_ops"]) - len(file["moved"])
     for step in file["steps"]:
         moved = len(step["float_ops"]) - first
         name = f"+ `{step['float_ops'][-1]}`" if moved else "the calibrated model's choice"
+        size = f"{step['size_bytes'] / 1e6:.2f} MB" if "size_bytes" in step else "-"
+        p50 = f"{step['p50_ms']:.2f}" if "p50_ms" in step else "-"
         lines.append(f"| {name} | {step['file_metric']:.2f} | {step['file_drop']:.2f} | "
-                     f"{step['twin_metric']:.2f} | {step['twin_drop']:.2f} |")
+                     f"{step['twin_metric']:.2f} | {step['twin_drop']:.2f} | {size} | {p50} |")
     return lines

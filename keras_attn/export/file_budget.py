@@ -8,6 +8,10 @@ default (XNNPACK) kernels, scored on the budget's held-out examples.
     stop:   at the first k with  m_float - metric(f_k) <= max_drop, or after `max_moves`
             moves (each one conversion more); the record then says the file misses
 
+Each step's file is measured as it is scored: its size (the network; a file an earlier
+export wrote carries its metadata too) and its p50 latency (1 thread, one held-out example at
+the file's length), so a move's price is read beside what it wins back.
+
 The quantize stage's search scores the calibrated Keras model (the twin), which computes
 what its file computes up to the runtime's roundings (`twin_agreement`): the two disagree
 on 1-2 % of examples, and the same file differs by as much on LiteRT's two kernel sets
@@ -15,15 +19,21 @@ on 1-2 % of examples, and the same file differs by as much on LiteRT's two kerne
 on the kernels it ships with; the twin's stays beside it.
 """
 
+import os
+import time
+
+import numpy as np
+
 from keras_attn.layers.validation import check_int
 from keras_attn.quantization.quantization_budget import cost_order
 from keras_attn.quantization.quantization_budget import size_cost
 
 MAX_FILE_MOVES = 3  # ops the file may move beyond the twin's choice (conversions)
+LATENCY_RUNS = 20  # timed runs of each step's file (after 3 warm-up runs)
 
 
 def file_budget(model, budget, score_file, score_twin, order, max_moves=MAX_FILE_MOVES,
-                log=None):
+                log=None, measure_file=None):
     """The calibrated model whose `model_int8.tflite` is within the budget, and the record.
 
     Args:
@@ -39,6 +49,8 @@ def file_budget(model, budget, score_file, score_twin, order, max_moves=MAX_FILE
             callable returning them, called only if the file misses.
         max_moves: int >= 0, the most ops moved to float for the file.
         log: callable receiving a line per step.
+        measure_file: optional callable `QuantizedModel -> {"size_bytes", "p50_ms"}` of the
+            file `score_file` scored for it (`file_measures`), recorded in each step.
 
     Returns:
         `(model, record)`: the chosen `QuantizedModel` (`model` itself when its file is within the
@@ -61,12 +73,14 @@ def file_budget(model, budget, score_file, score_twin, order, max_moves=MAX_FILE
     scored = {frozenset(s["float_ops"]): s["metric"] for s in budget.get("steps", [])}
     scored.update({frozenset(s["float_ops"]): s["twin_metric"] for s in earlier["steps"]})
     chosen, float_ops, moved = model, list(model.float_ops), list(earlier["moved"])
+    measure = measure_file or (lambda _: {})
     # Its file is scored again (this machine's kernels); its earlier tries are kept.
     steps = earlier["steps"][:-1] + [_step(float_ops, 100 * score_file(model),
                                           _twin_metric(model, scored, score_twin),
-                                          float_metric)]
+                                          float_metric, measure(model))]
     log(f"model_int8.tflite (XNNPACK) {steps[-1]['file_metric']:.2f}, calibrated model "
-        f"{steps[-1]['twin_metric']:.2f}, float {float_metric:.2f}, budget {max_drop:g}")
+        f"{steps[-1]['twin_metric']:.2f}, float {float_metric:.2f}, budget {max_drop:g}"
+        f"{_measures_text(steps[-1])}")
     if steps[-1]["file_drop"] > max_drop and len(moved) < max_moves and callable(order):
         order = order()  # the sensitivity order, needed only now
     remaining = [] if callable(order) else [
@@ -77,9 +91,10 @@ def file_budget(model, budget, score_file, score_twin, order, max_moves=MAX_FILE
         float_ops.append(moved[-1])
         chosen = model.with_float_ops(float_ops)
         steps.append(_step(float_ops, 100 * score_file(chosen),
-                           _twin_metric(chosen, scored, score_twin), float_metric))
+                           _twin_metric(chosen, scored, score_twin), float_metric,
+                           measure(chosen)))
         log(f"  {moved[-1]} to float, file converted again: {steps[-1]['file_metric']:.2f} "
-            f"({steps[-1]['file_drop']:+.2f} below float)")
+            f"({steps[-1]['file_drop']:+.2f} below float){_measures_text(steps[-1])}")
     return chosen, {"max_accuracy_drop": max_drop, "float_metric": float_metric,
                     "steps": steps, "float_ops": list(float_ops), "moved": moved,
                     "within_budget": steps[-1]["file_drop"] <= max_drop,
@@ -96,8 +111,28 @@ def _twin_metric(model, scored, score_twin):
     return scored[key]
 
 
-def _step(float_ops, file_metric, twin_metric, float_metric):
+def _step(float_ops, file_metric, twin_metric, float_metric, measures):
     return {"float_ops": list(float_ops), "file_metric": round(file_metric, 4),
             "file_drop": round(float_metric - file_metric, 4),
             "twin_metric": round(twin_metric, 4),
-            "twin_drop": round(float_metric - twin_metric, 4)}
+            "twin_drop": round(float_metric - twin_metric, 4), **measures}
+
+
+def file_measures(path, call, runs=LATENCY_RUNS):
+    """`{"size_bytes", "p50_ms"}` of a `.tflite` file: its size, and the p50 of `runs` timed
+    calls of `call` (the file on one held-out example, XNNPACK, 1 thread; after 3 warm-up
+    calls)."""
+    for _ in range(3):
+        call()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(1000 * (time.perf_counter() - start))
+    return {"size_bytes": os.path.getsize(path), "p50_ms": round(float(np.median(times)), 3)}
+
+
+def _measures_text(step):
+    if "size_bytes" not in step:
+        return ""
+    return f"; {step['size_bytes'] / 1e6:.2f} MB, p50 {step['p50_ms']:.2f} ms (1 thread)"

@@ -74,10 +74,21 @@ def quantize_onnx_dynamic(src, dst, per_channel=True):
     try:
         with atomic_files.atomic_path(dst) as temporary:
             quantize_dynamic(model_proto, os.fspath(temporary), weight_type=QuantType.QInt8,
-                             per_channel=per_channel)
+                             per_channel=per_channel,
+                             nodes_to_exclude=batched_weight_matmuls(model_proto))
     finally:
         root.removeFilter(drop_pre_processing_advice)
     return os.fspath(dst)
+
+
+def batched_weight_matmuls(model_proto):
+    """The names of the `MatMul` nodes whose constant `B` is not 2-D (XLNet's relative
+    position scores `(B, H, T, d) x (H, d, R)`, folded to a constant): onnxruntime's
+    per-channel `DynamicQuantizeMatMul` refuses their zero points at run time ("b zero point
+    is not valid"), so they stay float."""
+    shapes = {tensor.name: len(tensor.dims) for tensor in model_proto.graph.initializer}
+    return [node.name for node in model_proto.graph.node
+            if node.op_type == "MatMul" and shapes.get(node.input[1], 2) != 2]
 
 
 def drop_pre_processing_advice(record):

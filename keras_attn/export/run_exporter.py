@@ -39,6 +39,7 @@ from keras_attn.export.artifacts import ExportPlan
 from keras_attn.export.artifacts import TFLiteStep
 from keras_attn.export.export_report import report_markdown
 from keras_attn.export.file_budget import file_budget
+from keras_attn.export.file_budget import file_measures
 from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.golden_vectors import model_card
 from keras_attn.export.golden_vectors import write_golden_vectors
@@ -52,6 +53,7 @@ from keras_attn.export.twin_agreement import twin_agreement
 from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.machine import cpu_description
+from keras_attn.quantization.model_queries import max_sequence_length
 from keras_attn.quantization.quantization_budget import held_out_examples
 from keras_attn.quantization.quantization_budget import held_out_score
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
@@ -195,7 +197,7 @@ class RunExporter:
         self.model = self.source.load_model()
         self.use_crf = bool(getattr(self.model, "use_crf", False))
         self.length = self.source.sequence_length(self.options.sequence_length,
-                                                  self.model.backbone.max_sequence_length)
+                                                  max_sequence_length(self.model))
         trained = self.source.tokenizer_settings().max_length
         if self.length < trained:
             self.log(f"note: sequence_length={self.length} is shorter than the {trained} "
@@ -297,8 +299,15 @@ class RunExporter:
         trials = atomic_files.temporary_path(self.output_dir / "file_budget")
         outputs = {}
 
+        def file_of(model):
+            return path if model is start else trials / path.name
+
+        def measure_file(model):  # the file `score_file` just scored
+            predict, x = step.run_logits(file_of(model), num_threads=1), scorer.latency_input()
+            return file_measures(file_of(model), lambda: predict(x))
+
         def score_file(model, builtin_kernels=False):
-            file = path if model is start else trials / path.name
+            file = file_of(model)
             if not file.is_file():  # the start's file, or a moved model's, in `trials`
                 _remove(trials)
                 step.write(dataclasses.replace(plan, int8_model=model,
@@ -313,7 +322,7 @@ class RunExporter:
         chosen, record = file_budget(
             start, self.budget, score_file,
             held_out_score(examples, self.length, self.labels, self.tagger, crf),
-            order, log=lambda line: self.log("  " + line), **moves)
+            order, log=lambda line: self.log("  " + line), measure_file=measure_file, **moves)
         if not record["within_budget"] and moves:
             self.log(f"  model_int8.tflite misses the budget; --qat-run {self.qat_run.path} "
                      "is not changed: export without --qat-run to move ops for the file")

@@ -35,8 +35,9 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401 - registers FastBertNormalize & co. for load_saved_model
 
 from keras_attn import atomic_files
-from keras_attn.models.bert_classifier import BertClassifier
-from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.models.deployable_models import TAGGERS
+from keras_attn.models.deployable_models import check_deployable_model
+from keras_attn.models.deployable_models import label_count
 from keras_attn.text.ner import IOB_TAG
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.tokenizer import WordPieceTokenizer
@@ -46,26 +47,20 @@ _OUTSIDE, _BEGIN, _INSIDE = 0, 1, 2
 
 
 def _check_arguments(model, tokenizer, label_vocabulary):
-    if not isinstance(model, (BertClassifier, BertTokenClassifier)):
-        raise ValueError(
-            "`model` must be a BertClassifier or a BertTokenClassifier. "
-            f"Received: model={type(model).__name__}"
-        )
+    check_deployable_model(model, "")
     if not isinstance(tokenizer, WordPieceTokenizer):
         raise ValueError(
             "`tokenizer` must be a WordPieceTokenizer. "
             f"Received: tokenizer={type(tokenizer).__name__}"
         )
     labels = list(getattr(label_vocabulary, "labels", ()))
-    num_classes = (
-        model.num_classes if isinstance(model, BertClassifier) else model.num_labels
-    )
+    num_classes = label_count(model)
     if len(labels) != num_classes:
         raise ValueError(
             f"`label_vocabulary` must have one label per model output ({num_classes}). "
             f"Received: label_vocabulary={label_vocabulary!r}"
         )
-    if isinstance(model, BertTokenClassifier):
+    if isinstance(model, TAGGERS):
         bad = [label for label in labels if not IOB_TAG.match(label)]
         if bad or "O" not in labels:
             raise ValueError(
@@ -83,7 +78,8 @@ class ServingModule(tf.Module):
     """The `tf.Module` behind `export_saved_model`: its signatures as `tf.function`s.
 
     Args:
-        model: a float `BertClassifier` or `BertTokenClassifier` (optionally with CRF).
+        model: a float classifier or tagger (`deployable_models`; a BERT tagger optionally
+            with CRF).
         tokenizer: its `WordPieceTokenizer` (vocabulary, case handling, sequence length).
         label_vocabulary: its `LabelVocabulary` (IOB tags with `"O"` for a tagger).
 
@@ -98,8 +94,8 @@ class ServingModule(tf.Module):
         # Only the variables are tracked: the Keras model object itself is not saved.
         self.model_variables = list(model.variables)
         labels = list(label_vocabulary.labels)
-        is_tagger = isinstance(model, BertTokenClassifier)
-        use_crf = is_tagger and model.use_crf
+        is_tagger = isinstance(model, TAGGERS)
+        use_crf = is_tagger and getattr(model, "use_crf", False)
         length = tokenizer.sequence_length
 
         def run_model(inputs):
@@ -355,7 +351,8 @@ def export_saved_model(model, tokenizer, label_vocabulary, directory):
     """Writes the raw-text SavedModel (see the module docstring) to `directory`.
 
     Args:
-        model: a float `BertClassifier` or `BertTokenClassifier` (optionally with CRF).
+        model: a float classifier or tagger (`deployable_models`; a BERT tagger optionally
+            with CRF).
         tokenizer: its `WordPieceTokenizer`.
         label_vocabulary: its `LabelVocabulary`.
         directory: str or path, created (an existing SavedModel there is overwritten).
@@ -364,7 +361,7 @@ def export_saved_model(model, tokenizer, label_vocabulary, directory):
         The directory, as a str.
 
     Example:
-    >>> from keras_attn.models.bert_backbone import BertBackbone
+    >>> from keras_attn.models import BertBackbone, BertClassifier
     >>> from keras_attn.text.label_vocabulary import LabelVocabulary
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "movie"]
     >>> backbone = BertBackbone(vocabulary_size=8, num_layers=1, num_heads=2, hidden_dim=8,

@@ -73,8 +73,8 @@ from keras_attn.export.converter_process import run_job
 from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.layers.crf import viterbi_decode
-from keras_attn.models.bert_classifier import BertClassifier
-from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.models.deployable_models import TAGGERS
+from keras_attn.models.deployable_models import check_deployable_model
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_spans
 from keras_attn.text.ner import first_piece_mask
@@ -91,12 +91,7 @@ _TEXT_SPEC = tf.TensorSpec([1], tf.string, name="text")
 
 
 def _check_arguments(model, tokenizer):
-    if not isinstance(model, (BertClassifier, BertTokenClassifier)):
-        raise ValueError(
-            "`model` must be a BertClassifier or a BertTokenClassifier (the text TFLite "
-            "graph packs `[CLS] text [SEP]` for them). Received: "
-            f"model={type(model).__name__}"
-        )
+    check_deployable_model(model, " (the text TFLite graph packs `[CLS] text [SEP]` for them)")
     if not isinstance(tokenizer, WordPieceTokenizer):
         raise ValueError(
             "`tokenizer` must be a WordPieceTokenizer. "
@@ -115,11 +110,13 @@ def _check_arguments(model, tokenizer):
             f"The tokenizer's vocabulary ({tokenizer.vocabulary_size()} tokens) must match the "
             f"model's embedding table. Received: vocabulary_size={backbone.vocabulary_size}"
         )
-    minimum = 3 if isinstance(model, BertTokenClassifier) else 2
-    if not minimum <= tokenizer.sequence_length <= backbone.max_sequence_length:
+    minimum = 3 if isinstance(model, TAGGERS) else 2
+    # XLNet's relative positions have no table, so no longest length.
+    limit = getattr(backbone, "max_sequence_length", None) or tokenizer.sequence_length
+    if not minimum <= tokenizer.sequence_length <= limit:
         raise ValueError(
             f"The tokenizer's `sequence_length` must be in [{minimum}, "
-            f"max_sequence_length={backbone.max_sequence_length}] (the position table). "
+            f"max_sequence_length={limit}] (the position table). "
             f"Received: sequence_length={tokenizer.sequence_length}"
         )
 
@@ -131,14 +128,15 @@ def text_function(model, tokenizer):
     docstring; `export_text_tflite` freezes and converts it.
 
     Args:
-        model: a float `BertClassifier` or `BertTokenClassifier` (optionally with CRF).
+        model: a float classifier or tagger (`deployable_models`; a BERT tagger optionally
+            with CRF).
         tokenizer: its `WordPieceTokenizer`, uncased or cased (see the module docstring).
 
     Returns:
         A `tf.function` with the input signature `text`: `tf.string` `[1]`.
     """
     _check_arguments(model, tokenizer)
-    if isinstance(model, BertTokenClassifier):
+    if isinstance(model, TAGGERS):
         return tf.function(_tagging_function(model, tokenizer), input_signature=[_TEXT_SPEC])
     return tf.function(_classification_function(model, tokenizer), input_signature=[_TEXT_SPEC])
 
@@ -279,7 +277,8 @@ def export_text_tflite(model, tokenizer, output_path, timeout=1800):
     converter's child process (`keras_attn.export.converter_process`).
 
     Args:
-        model: a float `BertClassifier` or `BertTokenClassifier` (optionally with CRF).
+        model: a float classifier or tagger (`deployable_models`; a BERT tagger optionally
+            with CRF).
         tokenizer: its `WordPieceTokenizer`, uncased or cased (`lowercase` equal to
             `strip_accents`); its `sequence_length` is the model's fixed length.
         output_path: str or path of the `.tflite` file (its directory is created).
@@ -293,7 +292,7 @@ def export_text_tflite(model, tokenizer, output_path, timeout=1800):
         artifact holds a custom or Flex op other than the expected tf-text ones.
 
     Example:
-    >>> from keras_attn.models.bert_backbone import BertBackbone
+    >>> from keras_attn.models import BertBackbone, BertClassifier
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "movie"]
     >>> backbone = BertBackbone(vocabulary_size=8, num_layers=1, num_heads=2, hidden_dim=8,
     ...                         intermediate_dim=16, max_sequence_length=8)
@@ -308,7 +307,7 @@ def export_text_tflite(model, tokenizer, output_path, timeout=1800):
     """
     function = text_function(model, tokenizer)
     expected = (
-        TAGGING_CUSTOM_OPS if isinstance(model, BertTokenClassifier) else CLASSIFICATION_CUSTOM_OPS
+        TAGGING_CUSTOM_OPS if isinstance(model, TAGGERS) else CLASSIFICATION_CUSTOM_OPS
     )
     output_path = os.path.abspath(os.fspath(output_path))
     os.makedirs(os.path.dirname(output_path), exist_ok=True)

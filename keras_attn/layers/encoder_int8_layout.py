@@ -333,14 +333,16 @@ class EncoderInt8Layout(Int8Attention, FeedforwardFloatChannels):
             })
 
     def _int8_call(self, inputs, padding_mask, training=None, query_length=None,
-                   causal=False, cross=None, caches=None):
+                   causal=False, cross=None, caches=None, score_terms=None):
         """The block's output `(B, q, H)` (`q = T` without `query_length`: the first `q`
         query rows). `causal`: query `t` sees keys `s <= t` only. `cross`: the encoder
         output `(B, S, E)` (or `None` with a cross cache) and its padding mask `(B, S)` (or
         `None`) of a block with cross-attention. `caches` (incremental decoding): a dict of
         `"self"`, the `(B, 2, S_max, n, d)` key/value cache, `"index"`, where this call's
         `T` rows are written, and `"cross"`, the `(B, 2, S, n, d)` cross cache or `None`;
-        the call writes the updated caches into it."""
+        the call writes the updated caches into it. `padding_mask` may be `(B, T, T)`, the
+        keys each query sees. `score_terms` (post-LN): the scores' extra terms, see
+        `Int8Attention._attend`."""
         if getattr(self, "norm_first", False):
             return self._pre_ln_call(inputs, padding_mask, training, causal, cross, caches)
         q, w = self.quantizers, self._int8_weights()
@@ -358,7 +360,8 @@ class EncoderInt8Layout(Int8Attention, FeedforwardFloatChannels):
 
         # === Self-attention ===
         attended = self._int8_attention(x, w, batch, length, padding_mask, training,
-                                        query_length, causal, caches)  # (B*q, H)
+                                        query_length, causal, caches,
+                                        score_terms)  # (B*q, H)
         x = q["attention_residual_quantizer"](residual_rows + attended, training=training)
         x = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
                        self.attention_layer_norm_quantizers, training)  # (B*q, H)
@@ -446,9 +449,15 @@ class EncoderInt8Layout(Int8Attention, FeedforwardFloatChannels):
             self.channel_statistics.update(part, h)
         if not quantized:
             # b_2 is added once, by the int8 part.
-            return ops.matmul(self.activation(h), kernel_out)  # (B*q, H)
+            h = self._feedforward_hidden_dropout(self.activation(h), training)
+            return ops.matmul(h, kernel_out)  # (B*q, H)
         h = q["intermediate_quantizer"](h, training=training)
         h = q["activation_quantizer"](self.activation(h), training=training)
+        h = self._feedforward_hidden_dropout(h, training)
         h = self._matmul(h, kernel_out, w["feedforward_output_bias"],
                          "feedforward_output")  # (B*q, H)
         return q["feedforward_output_quantizer"](h, training=training)
+
+    def _feedforward_hidden_dropout(self, h, training):
+        """Dropout on the feed-forward hidden activations: none (XLNet's block has one)."""
+        return h

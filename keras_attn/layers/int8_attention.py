@@ -44,11 +44,12 @@ class Int8Attention:
         ])  # (3H,)
 
     def _int8_attention(self, x, w, batch, length, padding_mask, training, query_length=None,
-                        causal=False, caches=None):
+                        causal=False, caches=None, score_terms=None):
         """Self-attention of the int8 rows `x` `(B*T, H)` with the weights `w` (read once
         per call, `_int8_weights()`): the output projection's rounded output `(B*q, H)`,
-        after its dropout. With `caches` (see `_int8_call`) the keys and values are the
-        cache's, this call's written at `caches["index"]`."""
+        after its dropout. `padding_mask`: `(B, T)` real keys, or `(B, T, T)` the keys each
+        query sees. With `caches` (see `_int8_call`) the keys and values are the cache's,
+        this call's written at `caches["index"]`. `score_terms`: see `_attend`."""
         q = self.quantizers
         H = x.shape[-1]
         rows = length if query_length is None else query_length  # q, the query rows
@@ -71,7 +72,7 @@ class Int8Attention:
         context = self._attend(
             query, key, value, (batch, rows, keys), key_mask,
             (self.score_quantizer, self.probability_quantizer, q["context_quantizer"]),
-            training)  # (B*q, H)
+            training, score_terms)  # (B*q, H)
         attended = self._matmul(context, w["output_kernel"], w["output_bias"],
                                 "attention_output")  # (B*q, H)
         attended = q["attention_output_quantizer"](attended, training=training)
@@ -140,10 +141,14 @@ class Int8Attention:
         return ops.transpose(ops.reshape(key_value, (batch, length, 2, n, H // n)),
                              (0, 2, 1, 3, 4))  # (B, 2, S, n, d)
 
-    def _attend(self, query, key, value, sizes, key_mask, quantizers, training):
+    def _attend(self, query, key, value, sizes, key_mask, quantizers, training,
+                score_terms=None):
         """`softmax(Q K^T + M) V` by heads: `query` `(B*q, H)` or `(B, q, H)`, `key` and
         `value` `(B*T, H)`, `sizes` `(B, q, T)`, `quantizers` of the scores, the
-        probabilities and the context; the rounded context rows `(B*q, H)`."""
+        probabilities and the context; the rounded context rows `(B*q, H)`.
+        `score_terms(query)`, given the (scaled) query heads `(B, n, q, d)`, returns the
+        query the keys are scored with and a bias `(B, n, q, T)` added to the scores (or
+        `None`): the relative position and segment terms of XLNet's attention."""
         score_quantizer, probability_quantizer, context_quantizer = quantizers
         batch, rows, length = sizes
         H = key.shape[-1]
@@ -156,7 +161,12 @@ class Int8Attention:
         query = heads(query, rows, (0, 2, 1, 3))  # (B, n, q, d)
         key_t = heads(key, length, (0, 2, 3, 1))  # (B, n, d, T)
         value = heads(value, length, (0, 2, 1, 3))  # (B, n, T, d)
+        bias = None
+        if score_terms is not None:
+            query, bias = score_terms(query)  # (B, n, q, d), (B, n, q, T)
         scores = ops.matmul(query, key_t)  # (B, n, q, T)
+        if bias is not None:
+            scores = scores + bias
         scores = score_quantizer(scores, stats_mask=key_mask, training=training)
         probs = probability_quantizer(ops.softmax(scores, axis=-1))  # (B, n, q, T)
         probs = self.attention_dropout_layer(probs, training=training)
@@ -167,8 +177,12 @@ class Int8Attention:
 
 def _key_mask(padding_mask, length, causal):
     """Which keys each query sees, `(B, 1, 1, T)` or `(B or 1, 1, T, T)` bool (`None`: all):
-    the real tokens of `padding_mask` and, `causal`, keys `s <= t`."""
-    mask = None if padding_mask is None else ops.cast(padding_mask, "bool")[:, None, None, :]
+    the real tokens of `padding_mask` `(B, T)` (or, `(B, T, T)`, the keys each query sees)
+    and, `causal`, keys `s <= t`."""
+    mask = None
+    if padding_mask is not None:
+        mask = ops.cast(padding_mask, "bool")
+        mask = mask[:, None] if len(mask.shape) == 3 else mask[:, None, None, :]
     if causal:
         positions = ops.arange(length)
         allowed = (positions[None, :] <= positions[:, None])[None, None]  # (1, 1, T, T)

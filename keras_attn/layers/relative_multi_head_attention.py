@@ -72,7 +72,7 @@ def relative_shift(x, key_length=None):
     return x[..., :key_length]  # (..., T, S)
 
 
-def _relative_sinusoids(max_distance, num_positions, dim):
+def relative_sinusoids(max_distance, num_positions, dim):
     """The Transformer-XL position table `R`, rows for distances `max_distance` downwards.
 
         R_r = [sin(r * f), cos(r * f)],  f_k = 1 / 10000^(2k / dim),  k = 0 .. dim/2 - 1
@@ -256,7 +256,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         # (b) + (d): (q_i + v)^T W_{k,R} R_r for every distance r = S-1 .. -(T-1).
         num_positions = key_length + query_length - 1
         d_model = self.position_dense.kernel.shape[0]
-        table = _relative_sinusoids(key_length - 1, num_positions, d_model)  # (R, d) float32
+        table = relative_sinusoids(key_length - 1, num_positions, d_model)  # (R, d) float32
         positions = self.position_dense(ops.cast(table, self.compute_dtype))  # (R, H, dk)
         position_scores = ops.einsum("bthd,rhd->bhtr", query + v, positions)  # (B, H, T, R)
         position_scores = relative_shift(position_scores, key_length)  # (B, H, T, S)

@@ -55,6 +55,12 @@ class FeedForwardMixin:
             self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
         )
 
+    def _channel_axes(self):
+        """`(variable, axis)` of the weights whose feed-forward channels move together
+        (what an int8 layout's `permute_feedforward_channels` permutes)."""
+        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
+        return [(intermediate.kernel, 1), (intermediate.bias, 0), (output.kernel, 0)]
+
     def _layer_norm(self, name):
         """A LayerNormalization with the block's epsilon (for every sublayer's norm)."""
         return keras.layers.LayerNormalization(
@@ -138,37 +144,9 @@ class TransformerBlockBase(FeedForwardMixin, keras.layers.Layer):
 
     def _int8_weights(self):
         """The weights of the float block's sublayers (fused or separate Q/K/V kernels)
-        as the layout reads them (see the class docstring)."""
-        attention = self.self_attention
-        d_model = attention.output_dense.kernel.shape[-1]
-
-        def columns(kernel):  # (d, ..., H, dk) -> (d, H * dk)
-            return ops.reshape(kernel, (d_model, -1))
-
-        if self.fused_qkv:
-            qkv_kernel = columns(attention.qkv_kernel)  # (d, 3d)
-            qkv_bias = flat_bias(attention.qkv_bias, 3 * d_model)  # (3d,)
-        else:
-            projections = (attention.query_dense, attention.key_dense, attention.value_dense)
-            qkv_kernel = ops.concatenate([columns(p.kernel) for p in projections], axis=1)
-            qkv_bias = ops.concatenate([flat_bias(p.bias, d_model) for p in projections])
-        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
-        return dict(
-            qkv_kernel=qkv_kernel, qkv_bias=qkv_bias,
-            output_kernel=ops.reshape(attention.output_dense.kernel, (d_model, d_model)),
-            output_bias=flat_bias(attention.output_dense.bias, d_model),
-            attention_gamma=self.self_attention_layer_norm.gamma,
-            attention_beta=self.self_attention_layer_norm.beta,
-            intermediate_kernel=intermediate.kernel, intermediate_bias=intermediate.bias,
-            feedforward_output_kernel=output.kernel, feedforward_output_bias=output.bias,
-            feedforward_gamma=self.feedforward_layer_norm.gamma,
-            feedforward_beta=self.feedforward_layer_norm.beta,
-        )
-
-    def _channel_axes(self):
-        """`(variable, axis)` of the weights whose feed-forward channels move together."""
-        intermediate, output = self.feedforward_intermediate_dense, self.feedforward_output_dense
-        return [(intermediate.kernel, 1), (intermediate.bias, 0), (output.kernel, 0)]
+        as the layout reads them (see the `EncoderInt8Layout` docstring)."""
+        return int8_block_weights(self, self.self_attention, self.self_attention_layer_norm,
+                                  self.fused_qkv)
 
     def get_config(self):
         config = super().get_config()
@@ -248,3 +226,34 @@ def resolve_key_dim(d_model, num_heads, key_dim):
 def flat_bias(bias, size):
     """A projection's bias `(..., H, dk)` as `(size,)`, zeros without a bias."""
     return ops.zeros((size,)) if bias is None else ops.reshape(bias, (-1,))
+
+
+def int8_block_weights(block, attention, attention_layer_norm, fused_qkv=False):
+    """The weights of a post- or pre-LN block's self-attention (`attention`, a
+    `MultiHeadAttention`), its LayerNorms and its feed-forward sublayer, as an int8 layout
+    reads them (`EncoderInt8Layout._int8_weights`): `(d, 3d)` Q/K/V columns and their
+    `(3d,)` bias (zeros without biases), the `(d, d)` output projection, the FFN's kernels.
+    """
+    d_model = attention.output_dense.kernel.shape[-1]
+
+    def columns(kernel):  # (d, ..., H, dk) -> (d, H * dk)
+        return ops.reshape(kernel, (d_model, -1))
+
+    if fused_qkv:
+        qkv_kernel = columns(attention.qkv_kernel)  # (d, 3d)
+        qkv_bias = flat_bias(attention.qkv_bias, 3 * d_model)  # (3d,)
+    else:
+        projections = (attention.query_dense, attention.key_dense, attention.value_dense)
+        qkv_kernel = ops.concatenate([columns(p.kernel) for p in projections], axis=1)
+        qkv_bias = ops.concatenate([flat_bias(p.bias, d_model) for p in projections])
+    intermediate, output = block.feedforward_intermediate_dense, block.feedforward_output_dense
+    return dict(
+        qkv_kernel=qkv_kernel, qkv_bias=qkv_bias,
+        output_kernel=ops.reshape(attention.output_dense.kernel, (d_model, d_model)),
+        output_bias=flat_bias(attention.output_dense.bias, d_model),
+        attention_gamma=attention_layer_norm.gamma, attention_beta=attention_layer_norm.beta,
+        intermediate_kernel=intermediate.kernel, intermediate_bias=intermediate.bias,
+        feedforward_output_kernel=output.kernel, feedforward_output_bias=output.bias,
+        feedforward_gamma=block.feedforward_layer_norm.gamma,
+        feedforward_beta=block.feedforward_layer_norm.beta,
+    )

@@ -1,7 +1,15 @@
-import keras
+import math
 
+import keras
+from keras import ops
+
+from keras_attn.layers.encoder_int8_layout import EncoderInt8Layout
+from keras_attn.layers.int8_layout_settings import check_layout_settings
+from keras_attn.layers.relative_multi_head_attention import relative_shift
+from keras_attn.layers.relative_multi_head_attention import relative_sinusoids
 from keras_attn.layers.transformer_block_base import FeedForwardMixin
 from keras_attn.layers.transformer_block_base import get_activation
+from keras_attn.layers.transformer_block_base import int8_block_weights
 from keras_attn.layers.transformer_block_base import resolve_key_dim
 from keras_attn.layers.transformer_block_base import serialize_activation
 from keras_attn.layers.two_stream_relative_attention import TwoStreamRelativeAttention
@@ -12,7 +20,7 @@ from keras_attn.layers.validation import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
+class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
     """One XLNet layer: two-stream relative attention + FFN, post-LN (Yang et al., 2019).
 
     Both streams go through the same sublayers (one set of weights):
@@ -34,6 +42,12 @@ class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
         layer_norm_epsilon: float. Defaults to `1e-12` (XLNet's).
         kernel_initializer: initializer of every kernel. Defaults to
             `RandomNormal(stddev=0.02)` (XLNet's).
+        quantization: optional dict of int8 layout settings (`EncoderInt8Layout`, keys of
+            `int8_layout_settings.LAYOUT_DEFAULTS`): the content stream runs fake-quantized
+            as BERT's post-LN block, the relative position and segment terms added to the
+            scores in float, `(q + u) k^T + shift((q + v) (W_{k,R} R)^T) + (q + b) s^T`
+            (`W_{k,R} R` a constant of the file); no query stream, no memory.
+            `keras_attn.quantization.quantize_model` sets it. Defaults to `None`.
 
     Call arguments:
         inputs: `(B, T, d)` content stream.
@@ -52,9 +66,12 @@ class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
     ((1, 3, 8), (1, 3, 8))
     """
 
+    # Post-LN, as BERT's block (what the int8 layout asks).
+    norm_first = False
+
     def __init__(self, num_heads, intermediate_dim, key_dim=None, dropout=0.0,
                  activation="gelu", layer_norm_epsilon=1e-12,
-                 kernel_initializer=None, **kwargs):
+                 kernel_initializer=None, quantization=None, **kwargs):
         check_positive_int("num_heads", num_heads)
         check_positive_int("intermediate_dim", intermediate_dim)
         if key_dim is not None:
@@ -70,6 +87,9 @@ class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.kernel_initializer = keras.initializers.get(
             kernel_initializer or keras.initializers.RandomNormal(stddev=0.02))
+        self.quantization = check_layout_settings(quantization)
+        if self.quantization is not None:
+            self._init_int8_layout(intermediate_dim, **self.quantization)
 
     # === Build ===
 
@@ -87,6 +107,9 @@ class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
         self.feedforward_hidden_dropout = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="feedforward_hidden_dropout")
         self._build_feedforward(inputs_shape)
+        if self.quantization is not None:
+            self._check_int8_layout(inputs_shape[-1], key_dim)
+            self._build_int8_layout()
         self.built = True
 
     def _sublayer_kwargs(self):
@@ -97,6 +120,13 @@ class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
 
     def call(self, inputs, query_stream=None, memory=None, attention_mask=None,
              segment_ids=None, target_mapping=None, training=None):
+        if self.quantization is not None:
+            self._check_int8_call(query_stream=query_stream is not None,
+                                  memory=memory is not None,
+                                  target_mapping=target_mapping is not None)
+            length = ops.shape(inputs)[1]
+            return self._int8_call(inputs, _content_mask(attention_mask, length), training,
+                                   score_terms=self._int8_score_terms(segment_ids, length))
         attended = self.attention(
             inputs, query_stream=query_stream, memory=memory, attention_mask=attention_mask,
             segment_ids=segment_ids, target_mapping=target_mapping, training=training,
@@ -118,6 +148,54 @@ class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
         return self.feedforward_layer_norm(
             residual + self.feedforward_dropout(h, training=training))
 
+    # === Int8 layout (`quantization`) ===
+
+    attention_dropout_layer = property(lambda self: self.attention.dropout_layer)
+    attention_output_dropout_layer = property(lambda self: self.attention_dropout)
+    feedforward_dropout_layer = property(lambda self: self.feedforward_dropout)
+
+    def _int8_weights(self):
+        return int8_block_weights(self, self.attention, self.attention_layer_norm)
+
+    def _feedforward_hidden_dropout(self, h, training):
+        return self.feedforward_hidden_dropout(h, training=training)
+
+    def _int8_score_terms(self, segment_ids, length):
+        """The relative terms of the content stream's scores for `Int8Attention._attend`:
+        `query` `(B, n, T, d)` (scaled by `1/sqrt(d)`, as the layout's query columns are)
+        -> `(query + u, shift((query + v) P) + select(s_ij, (query + b) s))`, with the
+        biases scaled alike, `P = (W_{k,R} R)^T` `(n, d, 2T - 1)` over the distances
+        `T-1 .. -(T-1)` and `s_ij` whether tokens `i` and `j` are in different segments
+        (`TwoStreamRelativeAttention` without memory)."""
+        attention = self.attention
+        scale = 1.0 / math.sqrt(attention.key_dim)
+
+        def bias(weight):  # (n, d) -> (1, n, 1, d), scaled
+            return ops.convert_to_tensor(weight)[None, :, None, :] * scale
+
+        table = relative_sinusoids(length - 1, 2 * length - 1,
+                                   attention.position_dense.kernel.shape[0])  # (R, D)
+        positions = ops.einsum("rD,Dnd->ndr", table,
+                               attention.position_dense.kernel)  # (n, d, R)
+        segments = ops.transpose(attention.segment_embedding, (1, 2, 0))  # (n, d, 2)
+        different = None
+        if segment_ids is not None:
+            segment_ids = ops.cast(segment_ids, "int32")  # (B, T)
+            different = ops.not_equal(segment_ids[:, None, :, None],
+                                      segment_ids[:, None, None, :])  # (B, 1, T, T)
+
+        def terms(query):
+            scores = ops.matmul(query + bias(attention.position_bias), positions)  # (B, n, T, R)
+            scores = relative_shift(scores, length)  # (B, n, T, T)
+            if different is not None:
+                segment_scores = ops.matmul(query + bias(attention.segment_bias),
+                                            segments)  # (B, n, T, 2)
+                scores = scores + ops.where(different, segment_scores[..., 1:],
+                                            segment_scores[..., :1])  # (B, n, T, T)
+            return query + bias(attention.content_bias), scores
+
+        return terms
+
     def compute_output_spec(self, inputs, query_stream=None, **kwargs):
         content = keras.KerasTensor(inputs.shape, self.compute_dtype)
         if query_stream is None:
@@ -136,3 +214,12 @@ class XLNetBlock(FeedForwardMixin, keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
+
+
+def _content_mask(attention_mask, length):
+    """The keys each content-stream query sees, `(B, T, T)` bool: `attention_mask` and its
+    own position (`None`: all keys)."""
+    if attention_mask is None:
+        return None
+    own = ops.eye(length, dtype="bool")[None]  # (1, T, T)
+    return ops.logical_or(ops.cast(attention_mask, "bool"), own)

@@ -1,8 +1,8 @@
 """`quantize_model`: the quantization-aware form of a functional or `Sequential` Keras model
 of Keras layers and keras-attn's encoder blocks, decoder blocks (decoder-only or with
-cross-attention, with or without their caches) and embeddings, nested models included (the
-relative-attention blocks of Transformer-XL and XLNet are not yet known to it: they stay
-float, named in its warning).
+cross-attention, with or without their caches), XLNet's blocks (content stream) and
+embeddings, nested models included (Transformer-XL's block, causal with a memory, is not yet
+known to it: it stays float, named in its warning).
 
 The model is cloned (`keras.models.clone_model`) with every `Dense` replaced by a
 `QuantizedDense` (int8 weights, per output channel by default, and an int8 output; its bias
@@ -11,11 +11,11 @@ rounded at the int32 scale the file stores) and every last-axis `LayerNormalizat
 them) and every `Embedding` by a `QuantizedEmbedding` (its table rounded to the one int8
 scale the file's GATHER reads; a `ReversibleEmbedding` by a `QuantizedReversibleEmbedding`,
 whose logits read the same int8 table), every `TransformerEncoderBlock`,
-`TransformerDecoderBlock` and `TokenAndPositionEmbedding` by the same layer with its int8
-layout (`quantization`), holding the same weights, an `ActivationQuantizer` on each float
-model input (the file's QUANTIZE) and after every other layer whose output the int8 TFLite
-file stores in int8 (Jacob et al., 2018), the float `x * c`, `x + y` of a functional graph
-included (all-int8 only: a float residual stream keeps them float).
+`TransformerDecoderBlock`, `XLNetBlock` and `TokenAndPositionEmbedding` by the same layer
+with its int8 layout (`quantization`), holding the same weights, an `ActivationQuantizer` on
+each float model input (the file's QUANTIZE) and after every other layer whose output the int8
+TFLite file stores in int8 (Jacob et al., 2018), the float `x * c`, `x + y` of a functional
+graph included (all-int8 only: a float residual stream keeps them float).
 `keras_attn.export.model_int8_tflite` writes the full-int8 file. Layers that keep their
 input's int8 scale (dropout, reshaping, slicing, max pooling) get none. A layer
 `quantize_model` does not know stays float, gets no quantizer and is named in a warning: the

@@ -345,8 +345,9 @@ class TrainingConfig(_Section):
         if not model.quantization_aware:
             return
         if self.task not in DEPLOYABLE_TASKS:
-            raise ConfigError("`model.quantization_aware` trains BERT classifiers and taggers "
-                              f"for int8 export. Received: task={self.task!r}", self.source)
+            raise ConfigError("`model.quantization_aware` trains classifiers and taggers (BERT's "
+                              "and XLNet's) for int8 export. Received: "
+                              f"task={self.task!r}", self.source)
         if model.feedforward_float_channels and not model.float_residual:
             raise ConfigError("`model.feedforward_float_channels` needs "
                               "`model.float_residual: true` (or set it to 0)", self.source)

@@ -54,7 +54,8 @@ class ClassificationTask(BertTask):
         return encode_texts(examples, self.tokenizer, self.labels, path, self.log)
 
     def build_model(self):
-        trained = self.trained_model(BertClassifier, len(self.labels), "classification")
+        trained = self.trained_model((BertClassifier, XLNetClassifier), len(self.labels),
+                                     "classification")
         if trained is not None:
             return trained
         backbone = self.backbone(self.tokenizer.vocabulary_size())

@@ -54,7 +54,7 @@ class NerTask(BertTask):
         return encode_sentences(sentences, self.tokenizer, self.labels, path, self.log)
 
     def build_model(self):
-        trained = self.trained_model(BertTokenClassifier, len(self.labels),
+        trained = self.trained_model((BertTokenClassifier, XLNetTokenClassifier), len(self.labels),
                                      "token_classification", use_crf=self.config.model.use_crf)
         if trained is not None:
             return trained

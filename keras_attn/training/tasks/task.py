@@ -252,11 +252,13 @@ class BertTask(Task):
 
     def trained_model(self, model_class, num_outputs, head, hint="use a run of the same task",
                       **expected):
-        """A trained run's task model: a `model_class` with `num_outputs` classes or tags
-        (`None`: a model without label outputs, e.g. `BertMaskedLM`) and attributes equal to
-        `expected`, or the `quantize_model` copy (with that `head`) of a quantization-aware
-        run; its input length must cover `data.max_length`. `hint` ends the error for a model
-        of another class. `None` when `model.checkpoint` is not a run directory."""
+        """A trained run's task model: a `model_class` (a class, or a tuple of them: BERT's
+        and XLNet's) with `num_outputs` classes or tags (`None`: a model without label
+        outputs, e.g. `BertMaskedLM`) and attributes equal to `expected` (a model without
+        such an attribute has it `False`), or the `quantize_model` copy (with that `head`) of
+        a quantization-aware run; its input length must cover `data.max_length` (XLNet's
+        relative positions have no limit). `hint` ends the error for a model of another
+        class. `None` when `model.checkpoint` is not a run directory."""
         run = self.trained_run()
         if run is None:
             return None
@@ -269,22 +271,23 @@ class BertTask(Task):
             wanted = {"head": head, "num_outputs": num_outputs}
             limit = max_sequence_length(model)
         elif isinstance(model, model_class):
-            found = {k: getattr(model, k) for k in expected}
+            found = {k: getattr(model, k, False) for k in expected}
             wanted = dict(expected)
             if num_outputs is not None:
                 found["num_outputs"] = output_count(model)
                 wanted["num_outputs"] = num_outputs
-            limit = model.backbone.max_sequence_length
+            limit = getattr(model.backbone, "max_sequence_length", None)
         else:
+            classes = model_class if isinstance(model_class, tuple) else (model_class,)
             raise ConfigError(
                 f"{source} holds a {type(model).__name__}, but task {self.name!r} trains a "
-                f"{model_class.__name__}: {hint}", self.config.source)
+                f"{' or '.join(c.__name__ for c in classes)}: {hint}", self.config.source)
         for name, value in wanted.items():
             if found[name] != value:
                 raise ConfigError(
                     f"{source}: its model has {name}={found[name]!r}, this task needs "
                     f"{value!r} (the run's labels.txt and the data disagree)", self.config.source)
-        if self.config.data.max_length > limit:
+        if limit is not None and self.config.data.max_length > limit:
             raise ConfigError(
                 f"data.max_length={self.config.data.max_length} exceeds the "
                 f"max_sequence_length={limit} of the model in {run.path}: use at most {limit}",
