@@ -456,6 +456,23 @@ def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
             assert abs(difference) <= 0.03 * width + 1e-6, (got.path, name, difference / width)
 
 
+def test_quantization_aware_training_from_fresh_weights_is_warned(tmp_path):
+    """QAT is a fine-tuning: from fresh weights it stayed at chance (docs/export.md), so a
+    run without `model.checkpoint` says so; a continued run does not."""
+    values = config_dict(write_data(tmp_path / "data"), tmp_path / "qat", max_steps=1)
+    values["model"].update(quantization_aware=True)
+    logs = []
+    Trainer(TrainingConfig.from_dict(values), log=logs.append).run()
+    warned = [line for line in logs if line.startswith("warning: quantization-aware")]
+    assert len(warned) == 1 and "then continue its run" in warned[0]
+    values.update(output_dir=str(tmp_path / "again"))
+    values["model"].update(checkpoint=str(tmp_path / "qat"))
+    values["model"].pop("preset", None)
+    logs.clear()
+    Trainer(TrainingConfig.from_dict(values), log=logs.append).run()
+    assert not [line for line in logs if line.startswith("warning: quantization-aware")]
+
+
 def test_float_feedforward_channels_need_a_float_residual(tmp_path):
     from keras_attn.training.config import ConfigError
 

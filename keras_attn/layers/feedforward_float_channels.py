@@ -1,15 +1,18 @@
-"""`FeedforwardFloatChannels`: the widest hidden channels of a block's feed-forward network
-kept in float (LLM.int8()'s decomposition, Dettmers et al., 2022, §3.2), stored last."""
+"""`FeedforwardFloatChannels`: the feed-forward network of the int8 layout, its widest hidden
+channels kept in float (LLM.int8()'s decomposition, Dettmers et al., 2022, §3.2), stored
+last."""
 
 import numpy as np
 from keras import ops
 
 
 class FeedforwardFloatChannels:
-    """Mixed into `EncoderInt8Layout`: which feed-forward channels are int8 and which float
+    """Mixed into `EncoderInt8Layout`: the feed-forward network of the layout (its int8
+    channels, then its float ones), which channels are int8 and which float
     (`feedforward_float_channels`, the last ones), and their order. The host defines
-    `_channel_axes()`, the `(variable, axis)` pairs a permutation moves together, and
-    `feedforward_channel_order`, the float order's position of each stored channel."""
+    `_channel_axes()`, the `(variable, axis)` pairs a permutation moves together,
+    `feedforward_channel_order`, the float order's position of each stored channel, and the
+    layout's `_matmul`, `quantizers`, `activation` and `feedforward_dropout_layer`."""
 
     def _feedforward_parts(self):
         """`(channels, quantized)` of each part of the feed-forward network: the int8
@@ -18,6 +21,45 @@ class FeedforwardFloatChannels:
         if not k:
             return [(slice(None), True)]
         return [(slice(0, F - k), True), (slice(F - k, F), False)]
+
+    def _int8_feedforward(self, x_int8, x, w, training):
+        """`FFN` of the LayerNorm output: its int8 channels read `x_int8`, its float ones
+        `x`; the parts' sum `(N, H)` after dropout."""
+        h = None
+        for part, (channels, quantized) in enumerate(self._feedforward_parts()):
+            output = self._feedforward_part(x_int8 if quantized else x, part, channels,
+                                            quantized, training, w)
+            h = output if h is None else h + output  # (N, H)
+        return self.feedforward_dropout_layer(h, training=training)
+
+    def _feedforward_part(self, x, part, channels, quantized, training, w=None):
+        q, w = self.quantizers, w or self._int8_weights()
+        whole = not self.feedforward_float_channels
+        kernel_in = (w["intermediate_kernel"] if whole
+                     else w["intermediate_kernel"][:, channels])
+        bias_in = w["intermediate_bias"] if whole else w["intermediate_bias"][channels]
+        kernel_out = (w["feedforward_output_kernel"] if whole
+                      else w["feedforward_output_kernel"][channels])
+        if quantized:
+            h = self._matmul(x, kernel_in, bias_in, "intermediate")  # (B*q, F - k)
+        else:
+            h = ops.matmul(x, kernel_in) + bias_in  # (B*q, k), on the float LayerNorm output
+        if self.channel_statistics is not None:
+            self.channel_statistics.update(part, h)
+        if not quantized:
+            # b_2 is added once, by the int8 part.
+            h = self._feedforward_hidden_dropout(self.activation(h), training)
+            return ops.matmul(h, kernel_out)  # (B*q, H)
+        h = q["intermediate_quantizer"](h, training=training)
+        h = q["activation_quantizer"](self.activation(h), training=training)
+        h = self._feedforward_hidden_dropout(h, training)
+        h = self._matmul(h, kernel_out, w["feedforward_output_bias"],
+                         "feedforward_output")  # (B*q, H)
+        return q["feedforward_output_quantizer"](h, training=training)
+
+    def _feedforward_hidden_dropout(self, h, training):
+        """Dropout on the feed-forward hidden activations: none (XLNet's block has one)."""
+        return h
 
     def permute_feedforward_channels(self, order):
         """Reorders the feed-forward hidden channels: stored channel `i` becomes the one

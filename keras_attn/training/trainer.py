@@ -368,6 +368,12 @@ class Trainer:
         if activation_quantizers(model):  # a QAT run continued stays as it is
             _check_continued_qat_model(model, self.config)
         else:
+            if self.config.model.checkpoint is None:
+                self.log("warning: quantization-aware training from fresh weights (no "
+                         "model.checkpoint): the activation ranges of an untrained model "
+                         "clip what training grows, and on our measurements the loss stayed "
+                         "at chance; train the float model first, then continue its run with "
+                         "model.quantization_aware: true")
             model = quantize_model(model, **self.quantization.layout())
             # Start the ranges from inference-mode min/max over a few training batches
             # (what the quantize stage's calibration does): an EMA started from one dropout
