@@ -10,7 +10,7 @@ from keras_attn.models import XLNetClassifier
 from keras_attn.models import XLNetTokenClassifier
 from keras_attn.models.deployable_models import TAGGERS
 from keras_attn.models.deployable_models import check_deployable_model
-from keras_attn.models.deployable_models import label_count
+from keras_attn.runs.run_directory import output_count
 
 
 def test_bert_and_xlnet_classifiers_and_taggers_are_taken_with_their_label_counts():
@@ -22,7 +22,7 @@ def test_bert_and_xlnet_classifiers_and_taggers_are_taken_with_their_label_count
               XLNetClassifier(xlnet, num_classes=4), XLNetTokenClassifier(xlnet, num_classes=5)]
     for model in models:
         check_deployable_model(model, "")
-    assert [label_count(model) for model in models] == [2, 3, 4, 5]
+    assert [output_count(model) for model in models] == [2, 3, 4, 5]
     assert [isinstance(model, TAGGERS) for model in models] == [False, True, False, True]
     with pytest.raises(ValueError, match=r"a classifier or a tagger \(BertClassifier, "
                        r"XLNetClassifier, BertTokenClassifier, XLNetTokenClassifier\) to "

@@ -37,7 +37,7 @@ import tensorflow_text  # noqa: F401 - registers FastBertNormalize & co. for loa
 from keras_attn import atomic_files
 from keras_attn.models.deployable_models import TAGGERS
 from keras_attn.models.deployable_models import check_deployable_model
-from keras_attn.models.deployable_models import label_count
+from keras_attn.runs.run_directory import output_count
 from keras_attn.text.ner import IOB_TAG
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.tokenizer import WordPieceTokenizer
@@ -54,7 +54,7 @@ def _check_arguments(model, tokenizer, label_vocabulary):
             f"Received: tokenizer={type(tokenizer).__name__}"
         )
     labels = list(getattr(label_vocabulary, "labels", ()))
-    num_classes = label_count(model)
+    num_classes = output_count(model)
     if len(labels) != num_classes:
         raise ValueError(
             f"`label_vocabulary` must have one label per model output ({num_classes}). "

@@ -75,6 +75,7 @@ from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.models.deployable_models import TAGGERS
 from keras_attn.models.deployable_models import check_deployable_model
+from keras_attn.quantization.model_queries import max_sequence_length
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_spans
 from keras_attn.text.ner import first_piece_mask
@@ -112,7 +113,7 @@ def _check_arguments(model, tokenizer):
         )
     minimum = 3 if isinstance(model, TAGGERS) else 2
     # XLNet's relative positions have no table, so no longest length.
-    limit = getattr(backbone, "max_sequence_length", None) or tokenizer.sequence_length
+    limit = max_sequence_length(model) or tokenizer.sequence_length
     if not minimum <= tokenizer.sequence_length <= limit:
         raise ValueError(
             f"The tokenizer's `sequence_length` must be in [{minimum}, "

@@ -85,8 +85,8 @@ class TwoStreamRelativeAttention(RelativeMultiHeadAttention):
             keys = ops.concatenate([memory, inputs], axis=1)  # (B, S, d)
         k = self.key_dense(keys)  # (B, S, H, dk)
         v = self.value_dense(keys)  # (B, S, H, dv)
-        query_mask, content_mask = _stream_masks(attention_mask, inputs, keys)  # (B, T, S)
-        different = _different_segments(segment_ids, inputs, keys)  # (B, T, S) or None
+        query_mask, content_mask = stream_masks(attention_mask, inputs, keys)  # (B, T, S)
+        different = different_segments(segment_ids, inputs, keys)  # (B, T, S) or None
 
         # === Content stream: Q = h, sees itself ===
         content = self._attend(self.query_dense(inputs), k, v, content_mask, different,
@@ -131,7 +131,7 @@ class TwoStreamRelativeAttention(RelativeMultiHeadAttention):
         return content, query
 
 
-def _stream_masks(attention_mask, inputs, keys):
+def stream_masks(attention_mask, inputs, keys):
     """The `(B, T, S)` masks of the query stream and the content stream (or `None`s).
 
     The content mask is the query mask plus each position's own key (at `M + i`).
@@ -156,7 +156,7 @@ def _stream_masks(attention_mask, inputs, keys):
     return query_mask, content_mask
 
 
-def _different_segments(segment_ids, inputs, keys):
+def different_segments(segment_ids, inputs, keys):
     """`(B, T, S)` True where query `i` and key `j` are in different segments."""
     if segment_ids is None:
         return None

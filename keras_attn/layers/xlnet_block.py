@@ -13,6 +13,8 @@ from keras_attn.layers.transformer_block_base import int8_block_weights
 from keras_attn.layers.transformer_block_base import resolve_key_dim
 from keras_attn.layers.transformer_block_base import serialize_activation
 from keras_attn.layers.two_stream_relative_attention import TwoStreamRelativeAttention
+from keras_attn.layers.two_stream_relative_attention import different_segments
+from keras_attn.layers.two_stream_relative_attention import stream_masks
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
@@ -124,9 +126,9 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
             self._check_int8_call(query_stream=query_stream is not None,
                                   memory=memory is not None,
                                   target_mapping=target_mapping is not None)
-            length = ops.shape(inputs)[1]
-            return self._int8_call(inputs, _content_mask(attention_mask, length), training,
-                                   score_terms=self._int8_score_terms(segment_ids, length))
+            _, content_mask = stream_masks(attention_mask, inputs, inputs)  # (B, T, T)
+            return self._int8_call(inputs, content_mask, training,
+                                   score_terms=self._int8_score_terms(segment_ids, inputs))
         attended = self.attention(
             inputs, query_stream=query_stream, memory=memory, attention_mask=attention_mask,
             segment_ids=segment_ids, target_mapping=target_mapping, training=training,
@@ -160,7 +162,7 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
     def _feedforward_hidden_dropout(self, h, training):
         return self.feedforward_hidden_dropout(h, training=training)
 
-    def _int8_score_terms(self, segment_ids, length):
+    def _int8_score_terms(self, segment_ids, inputs):
         """The relative terms of the content stream's scores for `Int8Attention._attend`:
         `query` `(B, n, T, d)` (scaled by `1/sqrt(d)`, as the layout's query columns are)
         -> `(query + u, shift((query + v) P) + select(s_ij, (query + b) s))`, with the
@@ -169,6 +171,7 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
         (`TwoStreamRelativeAttention` without memory)."""
         attention = self.attention
         scale = 1.0 / math.sqrt(attention.key_dim)
+        length = ops.shape(inputs)[1]
 
         def bias(weight):  # (n, d) -> (1, n, 1, d), scaled
             return ops.convert_to_tensor(weight)[None, :, None, :] * scale
@@ -178,11 +181,7 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
         positions = ops.einsum("rD,Dnd->ndr", table,
                                attention.position_dense.kernel)  # (n, d, R)
         segments = ops.transpose(attention.segment_embedding, (1, 2, 0))  # (n, d, 2)
-        different = None
-        if segment_ids is not None:
-            segment_ids = ops.cast(segment_ids, "int32")  # (B, T)
-            different = ops.not_equal(segment_ids[:, None, :, None],
-                                      segment_ids[:, None, None, :])  # (B, 1, T, T)
+        different = different_segments(segment_ids, inputs, inputs)  # (B, T, T) or None
 
         def terms(query):
             scores = ops.matmul(query + bias(attention.position_bias), positions)  # (B, n, T, R)
@@ -190,7 +189,7 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
             if different is not None:
                 segment_scores = ops.matmul(query + bias(attention.segment_bias),
                                             segments)  # (B, n, T, 2)
-                scores = scores + ops.where(different, segment_scores[..., 1:],
+                scores = scores + ops.where(different[:, None], segment_scores[..., 1:],
                                             segment_scores[..., :1])  # (B, n, T, T)
             return query + bias(attention.content_bias), scores
 
@@ -214,12 +213,3 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
-
-
-def _content_mask(attention_mask, length):
-    """The keys each content-stream query sees, `(B, T, T)` bool: `attention_mask` and its
-    own position (`None`: all keys)."""
-    if attention_mask is None:
-        return None
-    own = ops.eye(length, dtype="bool")[None]  # (1, T, T)
-    return ops.logical_or(ops.cast(attention_mask, "bool"), own)

@@ -18,8 +18,3 @@ def check_deployable_model(model, context):
         names = ", ".join(kind.__name__ for kind in CLASSIFIERS + TAGGERS)
         raise ValueError(f"`model` must be a classifier or a tagger ({names}){context}. "
                          f"Received: model={type(model).__name__}")
-
-
-def label_count(model):
-    """The classes (a classifier) or tags (a tagger) `model` outputs."""
-    return getattr(model, "num_labels", None) or model.num_classes
