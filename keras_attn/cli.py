@@ -22,6 +22,7 @@ from keras_attn.explain import explain
 from keras_attn.export.run_exporter import EVAL_SPLITS
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
+from keras_attn.export.translation_exporter import export_translation_run
 from keras_attn.inference.http_server import ServerLimits
 from keras_attn.inference.http_server import make_server
 from keras_attn.inference.http_server import url_of
@@ -41,7 +42,8 @@ from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
 from keras_attn.training.trainer import train
 from keras_attn.translation import is_translation_run
-from keras_attn.translation import translation_command
+from keras_attn.translation_commands import is_translation_artifact
+from keras_attn.translation_commands import translation_command
 
 # What a command reports as `keras-attn CMD: error: ...` and exit status 2 (one handler, in
 # `main`): keras-attn's own errors, argument checks (`ValueError` from
@@ -135,6 +137,8 @@ def _train(args):
 
 def _export(args):
     output_dir = args.output_dir or os.path.join(args.run_dir, "export")
+    if is_translation_run(args.run_dir):
+        return _export_translation(args, output_dir)
     options = ExportOptions(
         sequence_length=args.sequence_length,
         quantization=QuantizationRecipe.from_arguments(args), qat_run=args.qat_run,
@@ -156,6 +160,25 @@ def _export(args):
         _say(f"  {row['artifact']:<34} {report['metric']} {row['metric']:.4f}  agreement "
              f"{row['agreement']:.4f}  {row['size_bytes'] / 1e6:6.1f} MB  {latency}")
     _say(f"  report: {os.path.join(output_dir, 'export_report.md')}")
+    return 0
+
+
+def _export_translation(args, output_dir):
+    """`keras-attn export` of a seq2seq run: the translation files and their BLEU."""
+    _say(f"keras-attn export {args.run_dir} -> {output_dir} (translation)")
+    with run_lock(writes=[output_dir], reads=[args.run_dir]):
+        check_export_output(output_dir, args.run_dir, args.overwrite, log=_say)
+        report = export_translation_run(args.run_dir, output_dir, args.eval_split,
+                                        args.max_eval_examples, log=_say)
+    _say()
+    _say(f"== artifacts ({report['examples']:,} {report['eval_split']} pairs, "
+         f"{report['num_beams']} beams, 1 thread)")
+    for row in report["artifacts"][1:]:
+        _say(f"  {row['file']:<34} BLEU {row['bleu']:.2f} (Keras "
+             f"{report['artifacts'][0]['bleu']:.2f})  {row['size_bytes'] / 1e6:6.1f} MB  "
+             f"{row['ms_per_sentence']:.1f} ms/sentence")
+    _say(f"  default file: {report['default_file']}; report: "
+         f"{os.path.join(output_dir, 'export_report.md')}")
     return 0
 
 
@@ -231,7 +254,7 @@ def _predict_inputs(args):
 
 
 def _predict(args):
-    if is_translation_run(args.artifact):  # a seq2seq run: beam-search translations
+    if is_translation_artifact(args.artifact):  # beam-search translations
         return translation_command("predict", args, _say)
     inputs = _predict_inputs(args)
     predictor = load_predictor(args.artifact, num_threads=args.threads)
@@ -444,7 +467,7 @@ def _add_predict_command(commands):
                     "of stdin (one text per line; empty lines are skipped with a note).",
     )
     predict.add_argument("artifact", help="a run or export directory, saved_model/, "
-                         "model.keras, model_*.tflite or *.onnx")
+                         "model.keras, model_*.tflite, translation_*.tflite or *.onnx")
     predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to predict")
     predict.add_argument("--file", help="a UTF-8 file with one text per line")
     predict.add_argument("--json", action="store_true",
@@ -454,7 +477,8 @@ def _add_predict_command(commands):
                          help="texts per model call")
     predict.add_argument("--threads", type=_positive_int,
                          help="LiteRT / onnxruntime threads (default: theirs)")
-    translation = predict.add_argument_group("translation runs (task seq2seq)")
+    translation = predict.add_argument_group(
+        "translation (a seq2seq run, its export directory or a translation_*.tflite file)")
     translation.add_argument("--input", help="a file of source sentences, one per line")
     translation.add_argument("--output", help="write the translations here, one per line")
     translation.add_argument("--beams", type=_positive_int,

@@ -5,14 +5,14 @@ detokenized text, and the cross-attention alignment of a translation.
     translator.translate(["Ein Mann fährt Fahrrad."])        # ['A man is riding a bike.']
     translator.alignment("Ein Mann fährt Fahrrad.")           # source pieces x target pieces
 
-`keras-attn predict RUN TEXT` and `keras-attn explain RUN TEXT` come here for a translation
-run (`translation_command`); the `seq2seq` training task decodes its dev and test sets with
-the same `Translator`.
+`keras-attn predict` and `keras-attn explain` translate with it
+(`keras_attn.translation_commands`), on a run or on an exported translation file
+(`keras_attn.inference.translation_file`); the `seq2seq` training task decodes its dev and
+test sets with the same `Translator`.
 """
 
 import json
 import pathlib
-import sys
 import time
 
 import keras
@@ -20,15 +20,12 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
 from keras_attn.models.attention_rnn_seq2seq import AttentionRNNSeq2Seq
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 from keras_attn.models.seq2seq_transformer import _embed
 from keras_attn.text.joined_word_pieces import JoinedWordPieces
-from keras_attn.text.text_lines import read_lines
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.visualization import plot_attention
 
 TRANSLATION_TASK = "seq2seq"
 
@@ -53,11 +50,12 @@ class Translator:
 
     Sources become joined word pieces plus `[SEP]` (cut to `max_length`), are sorted by
     length into batches, and each batch is decoded by the model's `beam_search`
-    (`greedy_decode` for one beam) inside one `tf.function` whose batch and length
-    dimensions are free, so no batch retraces it.
+    (`greedy_decode` for one beam): a Keras model's inside one `tf.function` whose batch
+    and length dimensions are free, so no batch retraces it; a translation file's
+    (`TranslationFile`, the same search code) eagerly around the file.
 
     Args:
-        model: a `Seq2SeqTransformer` or `AttentionRNNSeq2Seq`.
+        model: a `Seq2SeqTransformer`, an `AttentionRNNSeq2Seq` or a `TranslationFile`.
         pieces: the `JoinedWordPieces` of the model's vocabulary.
         max_length: int, source pieces kept (including `[SEP]`).
         max_new_tokens: int, the longest translation in pieces (including `[SEP]`).
@@ -74,11 +72,14 @@ class Translator:
         tokenizer = pieces.tokenizer
         self.bos_token_id, self.eos_token_id = tokenizer.cls_token_id, tokenizer.sep_token_id
         self.pad_token_id = tokenizer.pad_token_id
+        self.generated_tokens = 0  # tokens decoded by `translate_ids` (EOS included)
         spec = tf.TensorSpec([None, None], tf.int32)
         # A closure, not the bound method: TF counts traces of one method over all
         # instances and warns of retracing when several translators exist.
         self._decode = tf.function(lambda ids, mask: self._decode_batch(ids, mask),
                                    input_signature=[spec, spec])
+        if not isinstance(model, keras.Model):  # a file's runtime calls: eagerly
+            self._decode = self._decode_batch
 
     @classmethod
     def from_run(cls, run_dir, num_beams=None, **kwargs):
@@ -142,6 +143,7 @@ class Translator:
             seconds += time.perf_counter() - started
             for row, index in enumerate(indices):
                 texts[index] = self.text(ids[row])
+                self.generated_tokens += _generated_count(ids[row], self.eos_token_id)
             if progress is not None:
                 progress(min(start + batch_size, len(order)), len(order))
         return texts, seconds
@@ -172,6 +174,12 @@ class Translator:
                 "weights": np.asarray(weights)}
 
 
+def _generated_count(ids, eos_token_id):
+    """Tokens a decoding generated: up to its EOS included, or all of them."""
+    ids = [int(i) for i in ids]
+    return ids.index(eos_token_id) + 1 if eos_token_id in ids else len(ids)
+
+
 def cross_attention(model, source_ids, decoder_ids):
     """`(B, T, S)` numpy attention of the decoder reading `decoder_ids` `(B, T)` over the
     source `source_ids` `(B, S)` (no padding)."""
@@ -189,55 +197,3 @@ def cross_attention(model, source_ids, decoder_ids):
         y, scores = block(y, encoder_outputs, encoder_padding_mask=mask,
                           return_attention_scores=True, training=False)
     return ops.convert_to_numpy(ops.mean(scores["cross_attention"], axis=1))  # (B, T, S)
-
-
-# === The commands ===
-
-
-def translation_command(command, args, say):
-    """`keras-attn predict` or `explain` on a translation run; returns the exit status (the
-    command line's one handler reports a `TranslationError`)."""
-    if command == "explain":
-        return _explain(args, say)
-    return _predict(args, say)
-
-
-def _predict(args, say):
-    texts = list(args.texts)
-    if bool(texts) == bool(args.input):
-        raise TranslationError("give the sentences to translate as arguments or "
-                               "--input FILE (one per line), one of the two")
-    translator = Translator.from_run(args.artifact, num_beams=args.beams)
-    if texts:
-        for translation in translator.translate(texts, args.batch_size):
-            say(translation)
-        return 0
-    lines = [line for _, line in read_lines(args.input)]
-    started = time.perf_counter()
-
-    def progress(done, total):
-        rate = done / max(time.perf_counter() - started, 1e-9)
-        sys.stderr.write(f"\rtranslated {done:,}/{total:,} sentences ({rate:.1f}/s)")
-        sys.stderr.flush()
-
-    translations = translator.translate(lines, args.batch_size, progress)
-    sys.stderr.write("\n")
-    if args.output:
-        atomic_files.write_text(args.output, "".join(t + "\n" for t in translations))
-        say(f"wrote {len(translations):,} translations to {args.output}")
-    else:
-        for translation in translations:
-            say(translation)
-    return 0
-
-
-def _explain(args, say):
-    translator = Translator.from_run(args.run_dir)
-    alignment = translator.alignment(args.text)
-    plot_attention(args.output, alignment["weights"], alignment["target_tokens"],
-                   alignment["source_tokens"],
-                   title=f"{args.text}\n-> {alignment['translation']}")
-    say(f"keras-attn explain {args.run_dir}: translation: {alignment['translation']}")
-    say(f"  cross-attention of {len(alignment['target_tokens'])} target x "
-        f"{len(alignment['source_tokens'])} source pieces: {args.output}")
-    return 0

@@ -134,8 +134,15 @@ class TransformerDecoderBlock(EncoderInt8Layout, TransformerBlockBase):
 
     # === Build ===
 
-    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None,
+              cross_attention_cache_shape=None):
         d_model = decoder_sequence_shape[-1]
+        if encoder_sequence_shape is None and cross_attention_cache_shape is not None:
+            # A first call with the projected encoder keys/values `(B, 2, S, H, dk)` alone
+            # (a decoding step's graph): an encoder-decoder block, whose encoder width is
+            # taken to be `d_model` (the encoder-decoder Transformer's).
+            encoder_sequence_shape = (cross_attention_cache_shape[0],
+                                      cross_attention_cache_shape[2], d_model)
         key_dim = resolve_key_dim(d_model, self.num_heads, self.key_dim)
         self.self_attention = self._attention("self_attention", key_dim)
         self.self_attention.build(decoder_sequence_shape)

@@ -65,6 +65,20 @@ def read_pairs(path, source_column=0, target_column=1):
     return pairs
 
 
+def read_split_pairs(data, path, log=None):
+    """The `Pair`s of one split of a seq2seq config's `data`: `path` is a TSV file
+    (`read_pairs` with `data.text_column`, `data.target_column`) or two aligned line files
+    `{source, target}` (`read_parallel_files`; lines blank on both sides skipped, noted
+    through `log`)."""
+    if not isinstance(path, dict):
+        return read_pairs(path, data.text_column, data.target_column)
+    pairs, blank = read_parallel_files(path["source"], path["target"])
+    if blank and log is not None:
+        log(f"{path['source']}, {path['target']}: skipped {len(blank)} line(s) blank on both "
+            f"sides (first: line {blank[0]})")
+    return pairs
+
+
 class Seq2SeqTask(BertTask):
     """`source -> target` with an encoder-decoder model; metric: sacreBLEU (0-100) of
     beam search, higher is better.
@@ -119,14 +133,7 @@ class Seq2SeqTask(BertTask):
                     if self._truncated else ""))
 
     def _read(self, path):
-        data = self.config.data
-        if not isinstance(path, dict):
-            return read_pairs(path, data.text_column, data.target_column)
-        pairs, blank = read_parallel_files(path["source"], path["target"])
-        if blank:
-            self.log(f"{path['source']}, {path['target']}: skipped {len(blank)} line(s) blank "
-                     f"on both sides (first: line {blank[0]})")
-        return pairs
+        return read_split_pairs(self.config.data, path, self.log)
 
     def _ids(self, texts, limit):
         """Joined piece ids of each text plus `[SEP]`, cut to `limit` (`[SEP]` kept)."""

@@ -1,0 +1,129 @@
+"""`keras-attn export` of a translation run: the translation files decode with the Keras
+model's own search code (the same tokens from the fp32 file), self-describing, scored."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn import cli
+from keras_attn.export.tflite_export import tflite_op_report
+from keras_attn.export.tflite_metadata import associated_files
+from keras_attn.export.translation_exporter import INT8_BLEU_BUDGET
+from keras_attn.inference.translation_file import TranslationFile
+from keras_attn.inference.translation_file import TranslationFileError
+from keras_attn.inference.translation_file import file_translator
+from keras_attn.training.trainer import train
+from keras_attn.translation import Translator
+from tests.test_seq2seq_task import make_config
+from tests.test_seq2seq_task import toy_pairs
+from tests.test_seq2seq_task import write_parallel
+
+VARIANTS = ("fp32", "dynamic_int8", "int8")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A toy English -> German run (the seq2seq task's) and its export directory."""
+    folder = tmp_path_factory.mktemp("translation_export")
+    dev_pairs = toy_pairs(12, seed=1)
+    config = make_config(folder, write_parallel(folder, "train", toy_pairs(320, seed=0)),
+                         write_parallel(folder, "dev", dev_pairs), epochs=8)
+    train(config)
+    run = folder / "run"
+    assert cli.main(["export", str(run)]) == 0
+    return run, run / "export", dev_pairs
+
+
+def test_the_files_are_scored_and_the_fp32_file_translates_as_keras(exported):
+    """The report scores every file on the dev split with the run's 3 beams: the fp32
+    file gives the Keras model's translations exactly (its BLEU equal), the int8 files
+    stay near it; builtin ops only, batch 1, the card and vocabulary embedded."""
+    run, export, dev_pairs = exported
+    report = json.loads((export / "export_report.json").read_text())
+    rows = {row["artifact"]: row for row in report["artifacts"]}
+    assert report["examples"] == len(dev_pairs) and report["num_beams"] == 3
+    assert rows["keras"]["bleu"] > 60  # the toy is learned
+    assert rows["fp32"]["same_as_keras"] == 1.0
+    assert rows["fp32"]["bleu"] == pytest.approx(rows["keras"]["bleu"], abs=1e-9)
+    for variant in ("dynamic_int8", "int8"):
+        assert rows[variant]["bleu"] >= rows["keras"]["bleu"] - 10, rows[variant]
+    card = json.loads((export / "model_card.json").read_text())
+    int8_default = rows["int8"]["bleu"] >= rows["keras"]["bleu"] - INT8_BLEU_BUDGET
+    assert card["default_file"] == ("translation_int8.tflite" if int8_default
+                                    else "translation_fp32.tflite")
+    assert card["artifacts"] == [f"translation_{v}.tflite" for v in VARIANTS]
+    for variant in VARIANTS:
+        path = export / f"translation_{variant}.tflite"
+        assert rows[variant]["size_bytes"] == path.stat().st_size
+        assert not tflite_op_report(path)["custom_ops"]
+        files = associated_files(path)
+        assert json.loads(files["model_card.json"])["target_max_length"] == 16
+        assert files["vocab.txt"].decode().splitlines() == \
+            (run / "vocab.txt").read_text().splitlines()
+        assert "| `translation_" + variant in (export / "export_report.md").read_text()
+    assert rows["int8"]["size_bytes"] < rows["fp32"]["size_bytes"]
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_the_fp32_file_decodes_the_keras_tokens(exported, beams):
+    """`TranslationFile` is decoded by `EncoderDecoderDecoding` (the Keras model's
+    `greedy_decode` / `beam_search`): on the fp32 file the tokens and beam scores are
+    the Keras model's, for every dev source (batch of 12, padded, one bucket)."""
+    run, export, dev_pairs = exported
+    keras_translator = Translator.from_run(run)
+    sources = keras_translator.source_ids([s for s, _ in dev_pairs])
+    ids = np.zeros((len(sources), max(map(len, sources))), "int32")
+    for row, source in enumerate(sources):
+        ids[row, :len(source)] = source
+    settings = dict(bos_token_id=keras_translator.bos_token_id,
+                    eos_token_id=keras_translator.eos_token_id, max_new_tokens=16)
+    file = TranslationFile(export / "translation_fp32.tflite")
+    if beams == 1:
+        expected = keras_translator.model.greedy_decode(ids, ids > 0, **settings)
+        tokens = file.greedy_decode(ids, ids > 0, **settings)
+    else:
+        expected, expected_scores = keras_translator.model.beam_search(
+            ids, ids > 0, num_beams=beams, **settings)
+        tokens, scores = file.beam_search(ids, ids > 0, num_beams=beams, **settings)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(scores),
+                                   keras.ops.convert_to_numpy(expected_scores), atol=1e-4)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(tokens),
+                                  keras.ops.convert_to_numpy(expected))
+
+
+def test_predict_translates_with_the_export_directory_and_each_file(exported, tmp_path,
+                                                                     capsys):
+    """`keras-attn predict` on the export directory (its default file) and on a file,
+    with sentences or --input/--output, as on the run itself."""
+    run, export, dev_pairs = exported
+    source, target = dev_pairs[0]
+    capsys.readouterr()
+    assert cli.main(["predict", str(export), source]) == 0
+    assert capsys.readouterr().out.strip() == target
+    sources = tmp_path / "dev.en"
+    sources.write_text("".join(s + "\n" for s, _ in dev_pairs), encoding="utf-8")
+    output = tmp_path / "dev.de"
+    assert cli.main(["predict", str(export / "translation_int8.tflite"), "--input",
+                     str(sources), "--output", str(output), "--beams", "2",
+                     "--threads", "1"]) == 0
+    translations = output.read_text(encoding="utf-8").splitlines()
+    assert len(translations) == len(dev_pairs)
+    expected = Translator.from_run(run, num_beams=2).translate([s for s, _ in dev_pairs])
+    assert np.mean([a == b for a, b in zip(translations, expected)]) >= 0.75
+
+
+def test_a_source_longer_than_the_file_is_refused_by_name(exported):
+    """The file's longest source is the run's max_length (16); the Translator cuts to it,
+    a direct call with more tokens gets an error naming the limit."""
+    _, export, _ = exported
+    file = TranslationFile(export / "translation_fp32.tflite")
+    assert file.source_lengths == [16] and file.max_length == 17
+    ids = np.full((1, 20), 5, "int32")
+    with pytest.raises(TranslationFileError, match="20 tokens is longer than .*16"):
+        file.greedy_decode(ids, bos_token_id=1, max_new_tokens=4)
+    with pytest.raises(TranslationFileError, match="18 decoder positions"):
+        file.greedy_decode(ids[:, :8], bos_token_id=1, max_new_tokens=17)
+    translator = file_translator(export / "translation_fp32.tflite")
+    assert len(translator.translate(["one two " * 12])[0]) > 0  # cut to 16 pieces
