@@ -29,7 +29,8 @@ LONGEST_FIRST = ("test_run_exporter", "test_crash_safety", "test_trainer", "test
                  "test_word_splitter", "test_transformer_xl_task",
                  "test_export_benchmark_scripts", "test_quantization_budget",
                  "test_run_directory", "test_quantization_sensitivity",
-                 "test_onnx_int8_artifacts", "test_tflite_export")
+                 "test_onnx_int8_artifacts", "test_tflite_export",
+                 "test_translation_exporter")
 
 
 def _longest_first(item):

@@ -11,6 +11,7 @@ detokenized text, and the cross-attention alignment of a translation.
 test sets with the same `Translator`.
 """
 
+import functools
 import json
 import pathlib
 import time
@@ -50,9 +51,9 @@ class Translator:
 
     Sources become joined word pieces plus `[SEP]` (cut to `max_length`), are sorted by
     length into batches, and each batch is decoded by the model's `beam_search`
-    (`greedy_decode` for one beam): a Keras model's inside one `tf.function` whose batch
-    and length dimensions are free, so no batch retraces it; a translation file's
-    (`TranslationFile`, the same search code) eagerly around the file.
+    (`greedy_decode` for one beam) inside one `tf.function` whose batch and length
+    dimensions are free, so no batch retraces it (a translation file's runtime is called
+    from it through `tf.numpy_function`).
 
     Args:
         model: a `Seq2SeqTransformer`, an `AttentionRNNSeq2Seq` or a `TranslationFile`.
@@ -74,12 +75,11 @@ class Translator:
         self.pad_token_id = tokenizer.pad_token_id
         self.generated_tokens = 0  # tokens decoded by `translate_ids` (EOS included)
         spec = tf.TensorSpec([None, None], tf.int32)
-        # A closure, not the bound method: TF counts traces of one method over all
-        # instances and warns of retracing when several translators exist.
-        self._decode = tf.function(lambda ids, mask: self._decode_batch(ids, mask),
+        # A partial, not the bound method or a closure: TF counts the traces of one code
+        # object over all instances (a partial has none) and warns of retracing when
+        # several translators exist (the export's six).
+        self._decode = tf.function(functools.partial(Translator._decode_batch, self),
                                    input_signature=[spec, spec])
-        if not isinstance(model, keras.Model):  # a file's runtime calls: eagerly
-            self._decode = self._decode_batch
 
     @classmethod
     def from_run(cls, run_dir, num_beams=None, **kwargs):

@@ -13,7 +13,10 @@ import time
 
 from keras_attn import atomic_files
 from keras_attn.export.tflite_metadata import associated_files
-from keras_attn.inference.translation_file import file_translator
+from keras_attn.inference.translation_file import TranslationFile
+from keras_attn.inference.translation_file import runtime_translator
+from keras_attn.inference.translation_onnx import ENCODER_NAME
+from keras_attn.inference.translation_onnx import TranslationOnnx
 from keras_attn.runs.export_directory import CARD_FILE
 from keras_attn.text.text_lines import read_lines
 from keras_attn.translation import TRANSLATION_TASK
@@ -40,19 +43,24 @@ def is_translation_artifact(path):
     if path.suffix == ".tflite" and path.is_file():
         card = associated_files(path).get(CARD_FILE)
         return card is not None and json.loads(card).get("task") == TRANSLATION_TASK
+    if path.suffix == ".onnx" and path.is_file():
+        return path.name.startswith(ENCODER_NAME)
     return is_translation_run(path) or is_translation_export(path)
 
 
 def translator_of(path, num_beams=None, num_threads=None):
     """The `Translator` of a translation run directory (the Keras model), of a translation
-    file, or of an export directory (its card's `default_file`)."""
+    file (`.tflite`, or the ONNX encoder file with its step beside it), or of an export
+    directory (its card's `default_file`)."""
     path = pathlib.Path(path)
     if is_translation_run(path):
         return Translator.from_run(path, num_beams=num_beams)
     if path.is_dir():
         card = json.loads((path / CARD_FILE).read_text(encoding="utf-8"))
         path = path / card["default_file"]
-    return file_translator(path, num_beams=num_beams, num_threads=num_threads)
+    runtime = (TranslationOnnx if path.suffix == ".onnx" else TranslationFile)(
+        path, num_threads=num_threads)
+    return runtime_translator(runtime, num_beams=num_beams)
 
 
 def translation_command(command, args, say):

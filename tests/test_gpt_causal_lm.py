@@ -193,3 +193,33 @@ def test_errors():
         lm.beam_search(np.zeros((1, 2), "int32"), max_new_tokens=-1, num_beams=2)
     with pytest.raises(ValueError, match="GPTBackbone"):
         GPTCausalLM(keras.Sequential([keras.layers.Dense(2)]))
+
+
+@pytest.mark.tensorflow  # TFLite conversion
+@pytest.mark.parametrize("layer_position_embeddings", [False, True])
+def test_the_decoding_step_model_generates_as_the_model_and_becomes_a_file(
+        tmp_path, layer_position_embeddings):
+    """`decoder_step_model`: the prompt and then each generated token through the step
+    (the cache a tensor in and out) give `generate`'s greedy tokens, in Keras and as a
+    batch-1 builtins-only `.tflite` file on LiteRT (logits within float error)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_attn.export.model_int8_tflite import export_model_fp32_tflite
+
+    lm = tiny_lm(seed=7, layer_position_embeddings=layer_position_embeddings)
+    prompt = [3, 1, 4]
+    expected = ops.convert_to_numpy(lm.generate(np.array([prompt], "int32"), 8))[0]
+    step = lm.decoder_step_model(max_length=11)
+    report = export_model_fp32_tflite(step, tmp_path / "step.tflite")
+    assert not report["custom_ops"]
+    runner = Interpreter(model_path=report["path"]).get_signature_runner()
+    for run in (lambda x: {k: np.asarray(v) for k, v in step(x).items()},
+                lambda x: runner(**x)):
+        tokens, cache = list(prompt), np.zeros((1, 2, 2, 11, 2, 8), "float32")
+        for index in range(10):
+            out = run({"token_ids": np.array([[tokens[index]]], "int32"),
+                       "cache_update_index": np.array([index], "int32"), "cache": cache})
+            cache = out["cache"]
+            if index >= len(prompt) - 1:
+                tokens.append(int(out["logits"].argmax(-1)[0]))
+        np.testing.assert_array_equal(tokens, expected)

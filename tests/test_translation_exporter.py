@@ -11,16 +11,25 @@ from keras_attn import cli
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_metadata import associated_files
 from keras_attn.export.translation_exporter import INT8_BLEU_BUDGET
+from keras_attn.export.translation_exporter import TranslationExportError
+from keras_attn.export.translation_exporter import export_translation_run
 from keras_attn.inference.translation_file import TranslationFile
 from keras_attn.inference.translation_file import TranslationFileError
-from keras_attn.inference.translation_file import file_translator
+from keras_attn.inference.translation_file import runtime_translator
+from keras_attn.inference.translation_onnx import TranslationOnnx
+from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import train
 from keras_attn.translation import Translator
+from tests import scripts
 from tests.test_seq2seq_task import make_config
 from tests.test_seq2seq_task import toy_pairs
 from tests.test_seq2seq_task import write_parallel
 
+pytestmark = pytest.mark.tensorflow  # TFLite and ONNX conversion
+
 VARIANTS = ("fp32", "dynamic_int8", "int8")
+ONNX_FILES = ["translation_decoder_step.onnx", "translation_decoder_step_dynamic_int8.onnx",
+              "translation_encoder.onnx", "translation_encoder_dynamic_int8.onnx"]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +48,8 @@ def exported(tmp_path_factory):
 def test_the_files_are_scored_and_the_fp32_file_translates_as_keras(exported):
     """The report scores every file on the dev split with the run's 3 beams: the fp32
     file gives the Keras model's translations exactly (its BLEU equal), the int8 files
-    stay near it; builtin ops only, batch 1, the card and vocabulary embedded."""
+    stay near it; builtin ops only, batch 1, the card and vocabulary embedded. The ONNX
+    encoder + decoder-step pairs (fp32 and dynamic int8) translate too."""
     run, export, dev_pairs = exported
     report = json.loads((export / "export_report.json").read_text())
     rows = {row["artifact"]: row for row in report["artifacts"]}
@@ -47,13 +57,17 @@ def test_the_files_are_scored_and_the_fp32_file_translates_as_keras(exported):
     assert rows["keras"]["bleu"] > 60  # the toy is learned
     assert rows["fp32"]["same_as_keras"] == 1.0
     assert rows["fp32"]["bleu"] == pytest.approx(rows["keras"]["bleu"], abs=1e-9)
-    for variant in ("dynamic_int8", "int8"):
+    assert rows["onnx_fp32"]["same_as_keras"] == 1.0
+    assert rows["onnx_fp32"]["file"] == "translation_encoder.onnx + " \
+        "translation_decoder_step.onnx"
+    for variant in ("dynamic_int8", "int8", "onnx_dynamic_int8"):
         assert rows[variant]["bleu"] >= rows["keras"]["bleu"] - 10, rows[variant]
     card = json.loads((export / "model_card.json").read_text())
     int8_default = rows["int8"]["bleu"] >= rows["keras"]["bleu"] - INT8_BLEU_BUDGET
     assert card["default_file"] == ("translation_int8.tflite" if int8_default
                                     else "translation_fp32.tflite")
-    assert card["artifacts"] == [f"translation_{v}.tflite" for v in VARIANTS]
+    assert card["artifacts"] == sorted([f"translation_{v}.tflite" for v in VARIANTS]
+                                       + ONNX_FILES)
     for variant in VARIANTS:
         path = export / f"translation_{variant}.tflite"
         assert rows[variant]["size_bytes"] == path.stat().st_size
@@ -66,11 +80,13 @@ def test_the_files_are_scored_and_the_fp32_file_translates_as_keras(exported):
     assert rows["int8"]["size_bytes"] < rows["fp32"]["size_bytes"]
 
 
+@pytest.mark.parametrize("runtime, name", [(TranslationFile, "translation_fp32.tflite"),
+                                           (TranslationOnnx, "translation_encoder.onnx")])
 @pytest.mark.parametrize("beams", [1, 3])
-def test_the_fp32_file_decodes_the_keras_tokens(exported, beams):
-    """`TranslationFile` is decoded by `EncoderDecoderDecoding` (the Keras model's
-    `greedy_decode` / `beam_search`): on the fp32 file the tokens and beam scores are
-    the Keras model's, for every dev source (batch of 12, padded, one bucket)."""
+def test_the_fp32_files_decode_the_keras_tokens(exported, beams, runtime, name):
+    """`TranslationFile` and `TranslationOnnx` are decoded by `EncoderDecoderDecoding`
+    (the Keras model's `greedy_decode` / `beam_search`): on the fp32 files the tokens and
+    beam scores are the Keras model's, for every dev source (batch of 12, padded)."""
     run, export, dev_pairs = exported
     keras_translator = Translator.from_run(run)
     sources = keras_translator.source_ids([s for s, _ in dev_pairs])
@@ -79,7 +95,7 @@ def test_the_fp32_file_decodes_the_keras_tokens(exported, beams):
         ids[row, :len(source)] = source
     settings = dict(bos_token_id=keras_translator.bos_token_id,
                     eos_token_id=keras_translator.eos_token_id, max_new_tokens=16)
-    file = TranslationFile(export / "translation_fp32.tflite")
+    file = runtime(export / name)
     if beams == 1:
         expected = keras_translator.model.greedy_decode(ids, ids > 0, **settings)
         tokens = file.greedy_decode(ids, ids > 0, **settings)
@@ -112,6 +128,10 @@ def test_predict_translates_with_the_export_directory_and_each_file(exported, tm
     assert len(translations) == len(dev_pairs)
     expected = Translator.from_run(run, num_beams=2).translate([s for s, _ in dev_pairs])
     assert np.mean([a == b for a, b in zip(translations, expected)]) >= 0.75
+    assert cli.main(["predict", str(export / "translation_encoder.onnx"), source,
+                     "--beams", "1"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == \
+        Translator.from_run(run, num_beams=1).translate([source])[0]
 
 
 def test_a_source_longer_than_the_file_is_refused_by_name(exported):
@@ -125,5 +145,45 @@ def test_a_source_longer_than_the_file_is_refused_by_name(exported):
         file.greedy_decode(ids, bos_token_id=1, max_new_tokens=4)
     with pytest.raises(TranslationFileError, match="18 decoder positions"):
         file.greedy_decode(ids[:, :8], bos_token_id=1, max_new_tokens=17)
-    translator = file_translator(export / "translation_fp32.tflite")
+    translator = runtime_translator(file)
     assert len(translator.translate(["one two " * 12])[0]) > 0  # cut to 16 pieces
+
+
+def test_an_attention_rnn_run_is_refused_with_the_reason(tmp_path):
+    """The files hold a Seq2SeqTransformer's encoder and decoding step; an attention-RNN
+    run is named and sent to `keras-attn predict RUN`."""
+    folder = tmp_path
+    config = TrainingConfig.from_dict({
+        "task": "seq2seq", "output_dir": str(folder / "run"),
+        "data": {"train": write_parallel(folder, "train", toy_pairs(32, seed=0)),
+                 "dev": write_parallel(folder, "dev", toy_pairs(2, seed=1)),
+                 "max_length": 12, "target_max_length": 12},
+        "model": {"preset": "attention_rnn_tiny", "vocabulary_size": 64, "lowercase": False},
+        "train": {"epochs": 1, "global_batch_size": 16, "eval_num_beams": 1,
+                  "log_every_steps": 1000},
+    })
+    train(config)
+    with pytest.raises(TranslationExportError, match="AttentionRNNSeq2Seq run.*keras-attn "
+                                                     "predict RUN"):
+        export_translation_run(folder / "run", folder / "export")
+
+
+def test_the_latency_benchmark_times_every_route_in_turns(exported, tmp_path, capsys):
+    """`benchmarks/translation_latency.py`: every .tflite file and ONNX pair of the export
+    translates the sources, in the same words as the fp32 file for the fp32 routes, with
+    the ratios to the ONNX fp32 pair (1.00 for itself)."""
+    _, export, dev_pairs = exported
+    sources = tmp_path / "sources.txt"
+    sources.write_text("".join(s + "\n" for s, _ in dev_pairs[:4]), encoding="utf-8")
+    out = tmp_path / "latency.md"
+    module = scripts.load_script("benchmarks/translation_latency.py")
+    assert module.main([str(export), "--sources", str(sources), "--sentences", "4",
+                        "--chunk", "2", "--out", str(out)]) == 0
+    rows = {line.split("|")[1].strip(" `"): line.split("|")
+            for line in out.read_text().splitlines() if line.startswith("| `")}
+    assert sorted(rows) == sorted([f"translation_{v}.tflite" for v in VARIANTS]
+                                  + ["translation_encoder.onnx",
+                                     "translation_encoder_dynamic_int8.onnx"])
+    assert rows["translation_encoder.onnx"][5].strip() == "1.00"
+    assert rows["translation_encoder.onnx"][6].strip() == "100.0 %"
+    assert "4 sentences" in out.read_text() and "3 beams" in out.read_text()

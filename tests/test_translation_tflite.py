@@ -7,6 +7,8 @@ from keras_attn.export.translation_tflite import export_translation_tflite
 from keras_attn.export.translation_tflite import translation_graphs
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 
+pytestmark = pytest.mark.tensorflow  # TFLite conversion
+
 
 @pytest.fixture(scope="module")
 def graphs():

@@ -223,7 +223,8 @@ def _convert(model, selected, opset):
     try:
         model_proto, _ = tf2onnx.convert.from_function(
             forward, input_signature=[specs], opset=opset,
-            custom_op_handlers={"Erfc": (_erfc_as_one_minus_erf, [])},
+            custom_op_handlers={"Erfc": (_erfc_as_one_minus_erf, []),
+                                "XlaDynamicUpdateSlice": (_dynamic_update_slice, [])},
         )
     except Exception as error:
         raise ValueError(
@@ -246,6 +247,32 @@ def _erfc_as_one_minus_erf(ctx, node, name, args):
         "Sub", node.output[0], name=tf2onnx.utils.make_name(f"{name}_one_minus"),
         inputs=[one.output[0], node.output[0]],
     )
+    return node
+
+
+def _dynamic_update_slice(ctx, node, name, args):
+    """tf2onnx handler: TF `XlaDynamicUpdateSlice(operand, update, starts)` (Keras'
+    `ops.slice_update`, the key/value caches' write) as ONNX ops: the update padded to the
+    operand's shape at `starts` (clamped so that it fits, as XLA does) and selected where
+    it lands, `Where(Pad(1, pads) > 0, Pad(update, pads), operand)`."""
+    operand, update, starts = node.input[0], node.input[1], node.input[2]
+
+    def op(kind, inputs, **attr):
+        return ctx.make_node(kind, inputs, attr=attr,
+                             op_name_scope=tf2onnx.utils.make_name(f"{name}_{kind}")).output[0]
+
+    operand_shape, update_shape = op("Shape", [operand]), op("Shape", [update])
+    room = op("Sub", [operand_shape, update_shape])  # the largest start of each axis
+    zero = ctx.make_const(tf2onnx.utils.make_name(f"{name}_zero"), np.array([0], "int64"))
+    starts = op("Min", [op("Max", [op("Cast", [starts], to=onnx.TensorProto.INT64),
+                                   zero.output[0]]), room])
+    pads = op("Concat", [starts, op("Sub", [room, starts])], axis=0)  # (2 * rank,)
+    ones = op("ConstantOfShape", [update_shape], value=onnx.helper.make_tensor(
+        "one", onnx.TensorProto.BOOL, [1], [True]))
+    landed = op("Pad", [ones, pads])  # (bool pads with False)
+    padded = op("Pad", [update, pads])
+    node.type = "Where"
+    ctx.replace_inputs(node, [landed, padded, operand])
     return node
 
 

@@ -14,7 +14,10 @@ file alone translates):
 - `translation_int8.tflite`: the QAT layout of the int8 recipe (`QuantizationRecipe()`, a
   float residual stream) on both graphs, calibrated (post-training, no QAT run yet): the
   encoder on training sources, the decoding step on the float model's greedy decoding of
-  them.
+  them;
+- `translation_encoder.onnx` + `translation_decoder_step.onnx` and their `_dynamic_int8`
+  versions (`keras_attn.export.translation_onnx_export`): the encoder + decoder-with-past
+  pair of the transformers.js route, for onnxruntime(-web).
 
 Each file translates the evaluation split (`test`, else `dev`) with the run's decoding
 settings (`train.eval_num_beams`, `train.eval_length_penalty`) through
@@ -35,12 +38,18 @@ import sacrebleu
 from keras import ops
 
 from keras_attn import atomic_files
+from keras_attn.errors import KerasAttnError
 from keras_attn.export.tflite_export import bucket_lengths
 from keras_attn.export.tflite_metadata import append_associated_files
+from keras_attn.export.translation_onnx_export import export_translation_onnx
 from keras_attn.export.translation_tflite import export_translation_tflite
 from keras_attn.export.translation_tflite import translation_graphs
-from keras_attn.inference.translation_file import file_translator
+from keras_attn.inference.translation_file import TranslationFile
+from keras_attn.inference.translation_file import runtime_translator
+from keras_attn.inference.translation_onnx import TranslationOnnx
+from keras_attn.inference.translation_onnx import step_path
 from keras_attn.machine import cpu_description
+from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
@@ -59,6 +68,10 @@ SACREBLEU = sacrebleu.metrics.BLEU()
 INT8_BLEU_BUDGET = 1.0  # BLEU points the int8 file may lose and still be the default
 CALIBRATION_SOURCES = 256
 CALIBRATION_BATCH = 32
+# The decoding step is calibrated on the first STEP_ROWS rows of each batch at every
+# STEP_STRIDE-th position: each recorded step holds its own self-attention cache (at
+# Multi30k's size 0.4 MB a row), all 32 rows at every position took 6.4 GB.
+STEP_ROWS, STEP_STRIDE = 8, 2
 FILE_NAME = "translation_{}.tflite"
 
 
@@ -79,6 +92,12 @@ def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_exam
     log = log or (lambda message: None)
     run = RunDirectory(run_dir)
     translator = Translator.from_run(run.path)
+    if not isinstance(translator.model, Seq2SeqTransformer):
+        raise TranslationExportError(
+            f"{run.path}: a {type(translator.model).__name__} run; the translation files "
+            "hold a Seq2SeqTransformer's encoder and decoding step (an attention RNN's "
+            "recurrent decoding step has no export yet): translate it with `keras-attn "
+            "predict RUN`")
     config = run.config()
     split = _eval_split(config, eval_split, run.path)
     pairs = read_split_pairs(config.data, getattr(config.data, split), log)[:max_eval_examples]
@@ -92,14 +111,7 @@ def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_exam
     output = pathlib.Path(output_dir)
     card = _card(config, translator, bucket_lengths(config.data.max_length))
     files = _write_files(translator, run, config, card, output, log)
-    rows = [keras_row]
-    for variant, path in files.items():
-        row, _ = _score(variant, file_translator(path, num_threads=1), sources, references,
-                        path, keras_texts)
-        rows.append(row)
-        log(f"  {path.name}: BLEU {row['bleu']:.2f}, {100 * row['same_as_keras']:.1f} % "
-            f"as Keras, {row['size_bytes'] / 1e6:.2f} MB, {row['ms_per_sentence']:.1f} ms "
-            "per sentence")
+    rows = [keras_row] + _file_rows(files, sources, references, keras_texts, log)
     int8 = next(r for r in rows if r["artifact"] == "int8")
     card["default_file"] = FILE_NAME.format(
         "int8" if int8["bleu"] >= keras_row["bleu"] - INT8_BLEU_BUDGET else "fp32")
@@ -109,18 +121,24 @@ def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_exam
               "bleu_signature": str(SACREBLEU.get_signature()), "artifacts": rows,
               "default_file": card["default_file"]}
     export = ExportDirectory(output)
-    export.write_card({**card, "artifacts": [FILE_NAME.format(v) for v in files]})
+    export.write_card({**card, "artifacts": sorted(
+        name for path in files.values() for name in _file_names(path))})
     atomic_files.write_text(output / VOCAB_FILE, "\n".join(_vocabulary(run)) + "\n")
     export.write_report(report, report_markdown(report))
     return report
+
+
+class TranslationExportError(KerasAttnError, ValueError):
+    """A run the translation export cannot take (the message says why)."""
 
 
 def _eval_split(config, requested, run_path):
     order = ("test", "dev") if requested == "auto" else (requested,)
     split = next((s for s in order if getattr(config.data, s)), None)
     if split is None:
-        raise ValueError(f"{run_path}: the run has no {' or '.join(order)} data to score the "
-                         "translation files on (data.dev / data.test in its config)")
+        raise TranslationExportError(
+            f"{run_path}: the run has no {' or '.join(order)} data to score the translation "
+            "files on (data.dev / data.test in its config)")
     return split
 
 
@@ -144,8 +162,14 @@ def _card(config, translator, source_lengths):
             "keras_attn_version": __version__}
 
 
+def _file_names(path):
+    """The file names of an artifact: a `.tflite` file, or an ONNX encoder and its step."""
+    return [path.name] + ([step_path(path).name] if path.suffix == ".onnx" else [])
+
+
 def _write_files(translator, run, config, card, output, log):
-    """`{variant: path}` of the three files, written with the card and vocabulary."""
+    """`{variant: path}` of the three `.tflite` files, written with the card and vocabulary,
+    and of the ONNX pairs (their encoder files)."""
     max_length = 1 + config.data.target_max_length  # BOS + generated tokens
     encoder, step = translation_graphs(translator.model, max_length)
     lengths = card["source_lengths"]
@@ -162,6 +186,8 @@ def _write_files(translator, run, config, card, output, log):
         atomic_files.write_bytes(path, content)
         log(f"  wrote {path} ({time.perf_counter() - started:.0f} s)")
         files[variant] = path
+    files.update(export_translation_onnx(encoder, step, output, card, _vocabulary(run)))
+    log(f"  wrote the ONNX encoder and decoder-step pairs: {', '.join(files)}")
     return files
 
 
@@ -195,26 +221,44 @@ def _padded(sources, pad_token_id):
 
 
 def _greedy_step_inputs(encoder, step, batch, max_length, translator):
-    """The decoding step's inputs at each position of the float graphs' greedy decoding of
-    `batch` (until every row has ended)."""
+    """The decoding step's inputs (`STEP_ROWS` rows, every `STEP_STRIDE`-th position, copies)
+    during the float graphs' greedy decoding of `batch` (until every row has ended)."""
     cross = ops.convert_to_numpy(encoder(batch)["cross_attention_cache"])
     rows = len(cross)
     cache = np.zeros((rows, *step.input["self_attention_cache"].shape[1:]), "float32")
     token = np.full((rows, 1), translator.bos_token_id, "int32")
     done = np.zeros(rows, bool)
-    inputs = []
+    recorded, kept_cross = [], cross[:STEP_ROWS].copy()
     for index in range(max_length):
-        inputs.append({"decoder_token_ids": token,
-                       "cache_update_index": np.full((rows,), index, "int32"),
-                       "self_attention_cache": cache, "cross_attention_cache": cross,
-                       "encoder_padding_mask": batch["encoder_padding_mask"]})
-        outputs = step(inputs[-1])
+        inputs = {"decoder_token_ids": token,
+                  "cache_update_index": np.full((rows,), index, "int32"),
+                  "self_attention_cache": cache, "cross_attention_cache": cross,
+                  "encoder_padding_mask": batch["encoder_padding_mask"]}
+        if index % STEP_STRIDE == 0:
+            recorded.append({name: value[:STEP_ROWS].copy() if name != "cross_attention_cache"
+                             else kept_cross for name, value in inputs.items()})
+        outputs = step(inputs)
         cache = ops.convert_to_numpy(outputs["self_attention_cache"])
         token = ops.convert_to_numpy(outputs["logits"]).argmax(-1)[:, None].astype("int32")
         done |= token[:, 0] == translator.eos_token_id
         if done.all():
             break
-    return inputs
+    return recorded
+
+
+def _file_rows(files, sources, references, keras_texts, log):
+    """The report row of each file (`{variant: path}`), translating on 1 thread."""
+    rows = []
+    for variant, path in files.items():
+        runtime = (TranslationOnnx if path.suffix == ".onnx" else TranslationFile)(
+            path, num_threads=1)
+        row, _ = _score(variant, runtime_translator(runtime), sources, references, path,
+                        keras_texts)
+        rows.append(row)
+        log(f"  {path.name}: BLEU {row['bleu']:.2f}, {100 * row['same_as_keras']:.1f} % "
+            f"as Keras, {row['size_bytes'] / 1e6:.2f} MB, {row['ms_per_sentence']:.1f} ms "
+            "per sentence")
+    return rows
 
 
 def _score(artifact, translator, sources, references, path, keras_texts):
@@ -225,7 +269,8 @@ def _score(artifact, translator, sources, references, path, keras_texts):
            "sentences": len(texts), "generated_tokens": translator.generated_tokens}
     if path is not None:
         row.update({
-            "file": path.name, "size_bytes": path.stat().st_size,
+            "file": " + ".join(_file_names(path)), "size_bytes": sum(
+                (path.parent / name).stat().st_size for name in _file_names(path)),
             "same_as_keras": float(np.mean([a == b for a, b in zip(texts, keras_texts)])),
             "ms_per_sentence": 1000 * seconds / max(len(texts), 1),
             "ms_per_token": 1000 * seconds / max(translator.generated_tokens, 1)})

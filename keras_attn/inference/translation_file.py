@@ -6,15 +6,17 @@ keys and values; its `decode_step_{S}` signature takes one token and the self-at
 and returns the next token's logits and the cache. `TranslationFile` offers them as the two
 callbacks of `keras_attn.generation` (`initial_decoding_cache`, `next_token_logits`), so
 `greedy_decode` and `beam_search` are `EncoderDecoderDecoding`'s, the code that decodes a
-`Seq2SeqTransformer`: the search runs in Python (eagerly) around the file, one interpreter call
-per row and step (the file has batch 1). The file carries its vocabulary and card (`vocab.txt`,
-`model_card.json` in its zip part), so it alone translates (`file_translator`).
+`Seq2SeqTransformer`: the search runs around the file (eagerly, or as the `Translator`'s
+`tf.function` with the file called through `tf.numpy_function`), one interpreter call per row
+and step (the file has batch 1). The file carries its vocabulary and card (`vocab.txt`,
+`model_card.json` in its zip part), so it alone translates (`runtime_translator`).
 """
 
 import json
 import pathlib
 
 import numpy as np
+import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 from keras import ops
 
@@ -34,17 +36,95 @@ class TranslationFileError(KerasAttnError, ValueError):
     """A file that is not a translation `.tflite` file, or a source it cannot hold."""
 
 
-class TranslationFile(EncoderDecoderDecoding):
+class TranslationRuntime(EncoderDecoderDecoding):
+    """An exported translation model as an encoder-decoder model for `greedy_decode` and
+    `beam_search` (`EncoderDecoderDecoding`): subclasses run the two graphs of a runtime
+    (`_encode`: ids and mask `(B, L)` -> the cross cache `(B, 2N, L, h, d_k)`; `_step`: the
+    decoding step's input dict -> `(logits, self_attention_cache)`) and set `card`,
+    `vocabulary`, `source_lengths` (`None`: any length), `max_length` and `_cache_shape`
+    `(N, 2, M, h, d_k)`."""
+
+    source_lengths = None
+
+    @property
+    def vocabulary_size(self):
+        return len(self.vocabulary)
+
+    def bucket(self, length):
+        """The shortest source length of the file that holds `length` tokens (`length`
+        itself for a runtime of any length)."""
+        if self.source_lengths is None:
+            return length
+        for n in self.source_lengths:
+            if n >= length:
+                return n
+        raise TranslationFileError(
+            f"a source of {length} tokens is longer than {self.path.name}'s longest source "
+            f"length {self.source_lengths[-1]}: cut it (Translator cuts to the card's "
+            "max_length) or export with a longer data.max_length")
+
+    def initial_decoding_cache(self, encoder_token_ids, encoder_padding_mask, max_length):
+        """Encodes the sources (padded to their bucket) and starts an empty self-attention
+        cache: `{"self_attention_cache", "cross_attention_cache", "encoder_padding_mask"}`,
+        batch first (what beam search repeats and reorders). Eagerly, or inside a
+        `tf.function` (the runtime called through `tf.numpy_function`)."""
+        if max_length > self.max_length:
+            raise TranslationFileError(
+                f"{max_length} decoder positions asked for, {self.path.name}'s cache holds "
+                f"{self.max_length} (1 + the card's target_max_length)")
+        cross, mask = _numpy_call(self._encode_bucket, [encoder_token_ids, ops.cast(
+            encoder_padding_mask, "int32")], [tf.float32, tf.int32])
+        cross.set_shape([None, 2 * self._cache_shape[0], None, *self._cache_shape[3:]])
+        mask.set_shape([None, None])
+        return {"self_attention_cache": tf.zeros(
+                    tf.concat([tf.shape(cross)[:1], self._cache_shape], axis=0)),
+                "cross_attention_cache": cross, "encoder_padding_mask": mask}
+
+    def _encode_bucket(self, ids, mask):
+        """`(cross cache, mask)` of the sources `ids`, `mask` `(B, S)` in their bucket."""
+        used = int(np.max(np.nonzero(mask.any(0))[0], initial=0)) + 1  # columns with tokens
+        length = self.bucket(used)
+        ids, mask = _fit(ids, length), _fit(mask, length)  # (B, L)
+        return self._encode(ids, mask).astype("float32"), mask
+
+    def next_token_logits(self, token_ids, cache, index):
+        """One decoding step of every row (the `keras_attn.generation` callback):
+        `(logits (B, V), cache)` for the last token of `token_ids` at position
+        `index + t - 1`."""
+        if token_ids.shape[1] != 1:
+            raise TranslationFileError("the file decodes one token a step; the prompt is "
+                                       "the BOS token alone")
+        logits, self_cache = _numpy_call(self._numpy_step, [
+            token_ids, index, cache["self_attention_cache"], cache["cross_attention_cache"],
+            cache["encoder_padding_mask"]], [tf.float32, tf.float32])
+        logits.set_shape([None, self.vocabulary_size])
+        self_cache.set_shape([None, *self._cache_shape])
+        return logits, {**cache, "self_attention_cache": self_cache}
+
+    def _numpy_step(self, tokens, index, self_cache, cross, mask):
+        inputs = {"decoder_token_ids": tokens.astype("int32"),
+                  "cache_update_index": np.full((len(tokens),), int(index), "int32"),
+                  "self_attention_cache": self_cache, "cross_attention_cache": cross,
+                  "encoder_padding_mask": mask}
+        logits, self_cache = self._step(inputs)
+        return logits.astype("float32"), self_cache.astype("float32")
+
+    def _full_pass_next_token_logits(self, token_ids, cache, index):
+        raise TranslationFileError("a translation file decodes through its cache only "
+                                   "(use_cache=True)")
+
+
+class TranslationFile(TranslationRuntime):
     """A translation `.tflite` file as an encoder-decoder model for `greedy_decode` and
-    `beam_search` (`EncoderDecoderDecoding`).
+    `beam_search`: each row runs on its own (the file has batch 1), every source in the
+    shortest of the file's length buckets that holds the batch.
 
     Args:
         path: str or path of the file.
         num_threads: optional int, LiteRT's threads.
 
     Attributes:
-        source_lengths: the file's source length buckets (a source runs in the shortest
-            one that holds it).
+        source_lengths: the file's source length buckets.
         max_length: decoder positions of the file's cache (BOS + generated tokens).
         card: the embedded `model_card.json` (dict), `vocabulary`: the embedded tokens.
     """
@@ -64,86 +144,48 @@ class TranslationFile(EncoderDecoderDecoding):
                                      if name.startswith(ENCODE_PREFIX))
         if not self.source_lengths:
             raise TranslationFileError(f"{self.path}: no {ENCODE_PREFIX}<length> signature")
-        self._encode = {n: self.interpreter.get_signature_runner(f"{ENCODE_PREFIX}{n}")
-                        for n in self.source_lengths}
-        self._step = {n: self.interpreter.get_signature_runner(f"{DECODE_STEP_PREFIX}{n}")
-                      for n in self.source_lengths}
-        inputs = self._step[self.source_lengths[0]].get_input_details()
+        self._encoders = {n: self.interpreter.get_signature_runner(f"{ENCODE_PREFIX}{n}")
+                          for n in self.source_lengths}
+        self._steps = {n: self.interpreter.get_signature_runner(f"{DECODE_STEP_PREFIX}{n}")
+                       for n in self.source_lengths}
+        inputs = self._steps[self.source_lengths[0]].get_input_details()
         self._cache_shape = tuple(inputs["self_attention_cache"]["shape"][1:])  # (N, 2, M, h, dk)
         self.max_length = int(self._cache_shape[2])
-        self.vocabulary_size = len(self.vocabulary)
 
-    def bucket(self, length):
-        """The shortest source length of the file that holds `length` tokens."""
-        for n in self.source_lengths:
-            if n >= length:
-                return n
-        raise TranslationFileError(
-            f"a source of {length} tokens is longer than {self.path.name}'s longest source "
-            f"length {self.source_lengths[-1]}: cut it (Translator cuts to the card's "
-            "max_length) or export with a longer data.max_length")
-
-    def initial_decoding_cache(self, encoder_token_ids, encoder_padding_mask, max_length):
-        """Encodes each source row (padded to its bucket) and starts an empty self-attention
-        cache: `{"self_attention_cache", "cross_attention_cache", "encoder_padding_mask"}`,
-        batch first (what beam search repeats and reorders)."""
-        if max_length > self.max_length:
-            raise TranslationFileError(
-                f"{max_length} decoder positions asked for, {self.path.name}'s cache holds "
-                f"{self.max_length} (1 + the card's target_max_length)")
-        ids = np.asarray(encoder_token_ids, "int32")  # (B, S)
-        mask = np.asarray(encoder_padding_mask).astype("int32")  # (B, S)
-        used = int(np.max(np.nonzero(mask.any(0))[0], initial=0)) + 1  # columns with tokens
-        length = self.bucket(used)
-        ids, mask = _fit(ids, length), _fit(mask, length)  # (B, L)
-        cross = np.concatenate([
-            self._encode[length](encoder_token_ids=ids[row:row + 1],
-                                 encoder_padding_mask=mask[row:row + 1])["cross_attention_cache"]
+    def _encode(self, ids, mask):
+        encode = self._encoders[ids.shape[1]]
+        return np.concatenate([
+            encode(encoder_token_ids=ids[row:row + 1],
+                   encoder_padding_mask=mask[row:row + 1])["cross_attention_cache"]
             for row in range(len(ids))])  # (B, 2N, L, h, dk)
-        return {"self_attention_cache": ops.zeros((len(ids), *self._cache_shape)),
-                "cross_attention_cache": ops.convert_to_tensor(cross),
-                "encoder_padding_mask": ops.convert_to_tensor(mask)}
 
-    def next_token_logits(self, token_ids, cache, index):
-        """One decoding step of every row (the `keras_attn.generation` callback):
-        `(logits (B, V), cache)` for the last token of `token_ids` at position
-        `index + t - 1`."""
-        tokens = np.asarray(token_ids, "int32")
-        position = int(index) + tokens.shape[1] - 1
-        if tokens.shape[1] != 1:
-            raise TranslationFileError("the file decodes one token a step; the prompt is "
-                                       "the BOS token alone")
-        self_cache = np.asarray(cache["self_attention_cache"])
-        cross = np.asarray(cache["cross_attention_cache"])
-        mask = np.asarray(cache["encoder_padding_mask"])
-        step = self._step[mask.shape[1]]
-        logits, caches = [], []
-        for row in range(len(tokens)):
-            out = step(decoder_token_ids=tokens[row:row + 1, -1:],
-                       cache_update_index=np.array([position], "int32"),
-                       self_attention_cache=self_cache[row:row + 1],
-                       cross_attention_cache=cross[row:row + 1],
-                       encoder_padding_mask=mask[row:row + 1])
-            logits.append(out["logits"])
-            caches.append(out["self_attention_cache"])
-        return ops.convert_to_tensor(np.concatenate(logits)), {
-            **cache, "self_attention_cache": ops.convert_to_tensor(np.concatenate(caches))}
-
-    def _full_pass_next_token_logits(self, token_ids, cache, index):
-        raise TranslationFileError("a translation file decodes through its cache only "
-                                   "(use_cache=True)")
+    def _step(self, inputs):
+        step = self._steps[inputs["encoder_padding_mask"].shape[1]]
+        outputs = [step(**{name: value[row:row + 1] for name, value in inputs.items()})
+                   for row in range(len(inputs["decoder_token_ids"]))]
+        return (np.concatenate([out["logits"] for out in outputs]),
+                np.concatenate([out["self_attention_cache"] for out in outputs]))
 
 
-def file_translator(path, num_beams=None, num_threads=None, **kwargs):
-    """The `Translator` of a translation file: its embedded card gives the lengths, the
-    tokenizer and the decoding defaults (`num_beams`, `length_penalty`), which `num_beams`
-    and `kwargs` may override."""
-    model = TranslationFile(path, num_threads=num_threads)
-    card = model.card
-    tokenizer = WordPieceTokenizer(model.vocabulary, lowercase=card["lowercase"])
+def runtime_translator(runtime, num_beams=None, **kwargs):
+    """The `Translator` of a `TranslationRuntime` (a file, or the ONNX pair): its card gives
+    the lengths, the tokenizer and the decoding defaults (`num_beams`, `length_penalty`),
+    which `num_beams` and `kwargs` may override."""
+    card = runtime.card
+    tokenizer = WordPieceTokenizer(runtime.vocabulary, lowercase=card["lowercase"])
     kwargs.setdefault("length_penalty", card["length_penalty"])
-    return Translator(model, JoinedWordPieces(tokenizer), card["max_length"],
+    return Translator(runtime, JoinedWordPieces(tokenizer), card["max_length"],
                       card["target_max_length"], num_beams or card["num_beams"], **kwargs)
+
+
+def _numpy_call(function, inputs, dtypes):
+    """`function` of the NumPy values of `inputs`: called at once when eager (its errors
+    raised as they are), through `tf.numpy_function` inside a `tf.function` (the search's
+    loop then runs as a graph, with the runtime called at each step)."""
+    if tf.executing_eagerly():
+        return [tf.convert_to_tensor(value) for value in function(
+            *[np.asarray(value) for value in inputs])]
+    return tf.numpy_function(function, inputs, dtypes, stateful=False)
 
 
 def _fit(array, length):

@@ -5,6 +5,7 @@ from keras_attn import generation
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.quantized_dense import fake_quantize_weight
 from keras_attn.layers.quantized_dense import frozen_bound
+from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.validation import check_int
 from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.model_config import ModelConfig
@@ -23,10 +24,12 @@ class TiedEmbeddingLogits(keras.layers.Layer):
     GATHER (`QuantizedEmbedding`), and the logits get an `ActivationQuantizer`: the int8
     file's FULLY_CONNECTED on the transposed table. Its config and `.keras` file hold the
     embedding and its table: a loaded copy reads a table of its own with the same values
-    (enough to convert it; not to train it tied).
+    (enough to convert it; not to train it tied). A float head saves the table only with
+    `saves_table=True` (a graph outside `GPTCausalLM`, whose config does not tie it again:
+    `GPTCausalLM.decoder_step_model`'s).
     """
 
-    def __init__(self, embedding, quantization=None, **kwargs):
+    def __init__(self, embedding, quantization=None, saves_table=False, **kwargs):
         super().__init__(**kwargs)
         if isinstance(embedding, dict):
             embedding = keras.saving.deserialize_keras_object(embedding)
@@ -37,6 +40,7 @@ class TiedEmbeddingLogits(keras.layers.Layer):
         # there once); a quantized head saves it again itself (`save_own_variables`).
         self._embedding = _Reference(embedding)
         self.quantization = quantization
+        self.saves_table = saves_table
         self.frozen_bound = None  # `max|E|` as a constant (export), or computed each call
         self.output_quantizer = None
         if quantization is not None:
@@ -74,14 +78,14 @@ class TiedEmbeddingLogits(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(),
                 "embedding": keras.saving.serialize_keras_object(self.embedding()),
-                "quantization": self.quantization}
+                "quantization": self.quantization, "saves_table": self.saves_table}
 
     def save_own_variables(self, store):
-        if self.quantization is not None:  # a `.keras` copy loads a table of its own
-            store["table"] = self.embedding().embeddings.numpy()
+        if self.quantization is not None or self.saves_table:  # a `.keras` copy loads a
+            store["table"] = self.embedding().embeddings.numpy()  # table of its own
 
     def load_own_variables(self, store):
-        if self.quantization is not None:
+        if self.quantization is not None or self.saves_table:
             self.embedding().embeddings.assign(store["table"])
 
 
@@ -200,6 +204,76 @@ class GPTCausalLM(ModelConfig, keras.Model):
         """The `keras_attn.generation` callback: logits `(B, V)` of the last position."""
         logits, cache = self.call_with_cache(token_ids, cache, index)
         return logits[:, -1, :], cache
+
+    def decoder_step_model(self, max_length):
+        """One decoding step as a functional model on this model's layers, `call_with_cache`
+        with the cache as a tensor in and out, so that a fixed-shape file (TFLite) runs it:
+        inputs `"token_ids"` `(B, 1)` (the token at position `index`),
+        `"cache_update_index"` `(B,)` int32 (`index`, the same in every row) and `"cache"`
+        `(B, N, 2, max_length, h, d_k)` (zeros at the start); outputs `{"logits": (B, V),
+        "cache": ...}`, the next token's logits and the cache with this step's keys and
+        values. A prompt runs through it one token at a time. The embeddings, final
+        LayerNorm and LM head are this model's; the blocks are copies with its weights as
+        they are now (a functional model reads a layer's outputs by its first call, and
+        the blocks' first returned one tensor). `quantize_model` gives its int8 form.
+
+        Args:
+            max_length: int, the positions of the cache (prompt + generated tokens), at
+                most `max_sequence_length`.
+
+        Returns:
+            A `keras.Model`.
+
+        Example:
+        >>> lm = GPTCausalLM(GPTBackbone(vocabulary_size=20, num_layers=1, num_heads=2,
+        ...                              hidden_dim=8, intermediate_dim=16,
+        ...                              max_sequence_length=16))
+        >>> step = lm.decoder_step_model(max_length=6)
+        >>> cache = np.zeros((1, 1, 2, 6, 2, 4), "float32")
+        >>> logits = []
+        >>> for index, token in enumerate([3, 4, 5]):
+        ...     out = step({"token_ids": np.array([[token]]),
+        ...                 "cache_update_index": np.array([index]), "cache": cache})
+        ...     cache = np.asarray(out["cache"])
+        ...     logits.append(np.asarray(out["logits"]))
+        >>> full = lm({"token_ids": np.array([[3, 4, 5]]), "padding_mask": np.ones((1, 3))})
+        >>> bool(np.allclose(np.concatenate(logits), full[0], atol=1e-5))
+        True
+        """
+        self._check_length("max_length", max_length)
+        b = self.backbone
+        head_dim = b.hidden_dim // b.num_heads
+        inputs = {
+            "token_ids": keras.Input((1,), dtype="int32", name="token_ids"),
+            "cache_update_index": keras.Input((), dtype="int32", name="cache_update_index"),
+            "cache": keras.Input((b.num_layers, 2, max_length, b.num_heads, head_dim),
+                                 name="cache"),
+        }
+        index = inputs["cache_update_index"][0]  # () the position of this step's token
+        # (B, N*2, max_length, h, dk): TFLite slices tensors of up to 5 dimensions.
+        cache_in = ops.reshape(inputs["cache"],
+                               (-1, 2 * b.num_layers, max_length, b.num_heads, head_dim))
+        x = b.get_layer("embeddings")(inputs["token_ids"], start_index=index)  # (B, 1, H)
+        blocks = [TransformerDecoderBlock.from_config(block.get_config())
+                  for block in b.transformer_layers]
+        caches = []
+        for i, block in enumerate(blocks):
+            if b.layer_position_embeddings:
+                x = x + b.get_layer(f"layer_position_embedding_{i}")(x, start_index=index)
+            x, cache = block(x, self_attention_cache=cache_in[:, 2 * i:2 * i + 2],
+                             self_attention_cache_update_index=index)  # (B, 1, H), cache
+            caches.append(cache)
+        x = b.get_layer("final_layer_norm")(x)  # (B, 1, H)
+        # A head of its own that saves the table: a loaded copy of this graph is not a
+        # GPTCausalLM, whose config would tie it to the token embedding again.
+        head = TiedEmbeddingLogits(b.token_embedding, saves_table=True,
+                                   dtype=self.dtype_policy, name="lm_head")
+        outputs = {"logits": head(x)[:, -1],  # (B, V)
+                   "cache": ops.reshape(ops.concatenate(caches, axis=1), (
+                       -1, b.num_layers, 2, max_length, b.num_heads, head_dim))}
+        for block, source in zip(blocks, b.transformer_layers):
+            block.set_weights(source.get_weights())
+        return keras.Model(inputs, outputs, name=f"{self.name}_decoder_step")
 
     def generate(
         self,
