@@ -78,6 +78,10 @@ def test_the_files_are_scored_and_the_fp32_file_translates_as_keras(exported):
             (run / "vocab.txt").read_text().splitlines()
         assert "| `translation_" + variant in (export / "export_report.md").read_text()
     assert rows["int8"]["size_bytes"] < rows["fp32"]["size_bytes"]
+    # The report translated one sentence at a time: its 3 beams in one call per step.
+    file = TranslationFile(export / "translation_fp32.tflite")
+    assert sorted(file.interpreter.get_signature_list()) == [
+        "decode_step_16", "decode_step_16_beams_3", "encode_16"]
 
 
 @pytest.mark.parametrize("runtime, name", [(TranslationFile, "translation_fp32.tflite"),
@@ -107,6 +111,12 @@ def test_the_fp32_files_decode_the_keras_tokens(exported, beams, runtime, name):
                                    keras.ops.convert_to_numpy(expected_scores), atol=1e-4)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(tokens),
                                   keras.ops.convert_to_numpy(expected))
+    if beams > 1:  # one sentence: its beams in one call of decode_step_16_beams_3
+        for row in range(len(ids)):
+            tokens, _ = file.beam_search(ids[row:row + 1], ids[row:row + 1] > 0,
+                                         num_beams=beams, **settings)
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(tokens)[0],
+                                          keras.ops.convert_to_numpy(expected)[row])
 
 
 def test_predict_translates_with_the_export_directory_and_each_file(exported, tmp_path,

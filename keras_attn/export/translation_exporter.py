@@ -158,7 +158,8 @@ def _card(config, translator, source_lengths):
             "length_penalty": translator.length_penalty,
             "bos_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id,
             "pad_token_id": tokenizer.pad_token_id, "joiner_token": "[JOIN]",
-            "signatures": {"encode": "encode_{S}", "decode_step": "decode_step_{S}"},
+            "signatures": {"encode": "encode_{S}", "decode_step": "decode_step_{S}",
+                           "beams_step": "decode_step_{S}_beams_{K}"},
             "keras_attn_version": __version__}
 
 
@@ -179,7 +180,7 @@ def _write_files(translator, run, config, card, output, log):
             encoder, step, translator, config, max_length, log)
         path = output / FILE_NAME.format(variant)
         started = time.perf_counter()
-        export_translation_tflite(*graphs, path, lengths, variant)
+        export_translation_tflite(*graphs, path, lengths, variant, beams=card["num_beams"])
         content = append_associated_files(path.read_bytes(), {
             CARD_FILE: (json.dumps(card, indent=1, ensure_ascii=False) + "\n").encode("utf-8"),
             VOCAB_FILE: ("\n".join(_vocabulary(run)) + "\n").encode("utf-8")})

@@ -10,7 +10,9 @@ and the page: per source length bucket `S`
   start), the cross cache and the source mask -> the next token's `logits` `(1, V)` and the
   updated `self_attention_cache` (`decoder_step_model(M, cross_attention_cache=True)`).
 
-Static shapes, batch 1, the caches plain float tensors, builtin ops only; greedy and beam
+and, with `beams=K`, a `decode_step_{S}_beams_{K}` signature: the step of `K` rows, a beam
+search's in one call. Static shapes, batch 1 (K), the caches plain float tensors, builtin
+ops only; greedy and beam
 search run outside the file (`keras_attn.inference.translation_file`), over the same
 `keras_attn.generation` code as the Keras model. The signatures share their weights (the
 converter stores a constant once). Variants: `fp32`, `dynamic_int8` (int8 weights, float
@@ -32,6 +34,7 @@ from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_float_ops import run_in_float
+from keras_attn.export.tflite_sharing import share_quantization_parameters
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.quantization.model_queries import activation_quantizers
 from keras_attn.quantization.model_queries import model_layout
@@ -40,6 +43,8 @@ from keras_attn.quantization.quantize_model import freeze_model_ranges
 TRANSLATION_VARIANTS = ("fp32", "dynamic_int8", "int8")
 ENCODE_SIGNATURE = "encode_{}"
 DECODE_STEP_SIGNATURE = "decode_step_{}"
+# The step of `beams` rows at once (one call per step for a beam search of one sentence).
+BEAMS_STEP_SIGNATURE = "decode_step_{}_beams_{}"
 
 
 def translation_graphs(model, max_length):
@@ -51,7 +56,8 @@ def translation_graphs(model, max_length):
             model.decoder_step_model(max_length, cross_attention_cache=True))
 
 
-def export_translation_tflite(encoder, step, output_path, source_lengths, variant="fp32"):
+def export_translation_tflite(encoder, step, output_path, source_lengths, variant="fp32",
+                              beams=None):
     """Converts the two translation graphs to one `.tflite` file with an `encode_{S}` and a
     `decode_step_{S}` signature per source length `S` (module docstring).
 
@@ -63,6 +69,9 @@ def export_translation_tflite(encoder, step, output_path, source_lengths, varian
         variant: one of `TRANSLATION_VARIANTS`. `int8` takes calibrated `quantize_model`
             copies in the int8 recipe's layout (a float residual stream); the others the
             float graphs.
+        beams: optional int > 1: also a `decode_step_{S}_beams_{K}` signature per length,
+            the step of `K` rows (a beam search of one sentence in one call per step; the
+            weights are shared, the file grows by its graph only).
 
     Returns:
         Dict `{"path", "size_bytes", "signatures"}` plus `tflite_op_report`.
@@ -75,6 +84,8 @@ def export_translation_tflite(encoder, step, output_path, source_lengths, varian
         raise ValueError(f"`variant` must be one of {TRANSLATION_VARIANTS}. "
                          f"Received: variant={variant!r}")
     lengths = list(source_lengths)
+    if beams is not None:
+        check_positive_int("beams", beams)
     for length in lengths:
         check_positive_int("source_lengths", length)
     if not lengths or lengths != sorted(set(lengths)):
@@ -97,7 +108,7 @@ def export_translation_tflite(encoder, step, output_path, source_lengths, varian
         encoder.save(paths[0])
         step.save(paths[1])
         result = run_job("keras_attn.export.translation_tflite:_convert_job",
-                         [paths, work, output_path, lengths, variant])
+                         [paths, work, output_path, lengths, variant, beams])
         if not result.ok:
             raise TFLiteExportError(f"{variant} translation TFLite conversion failed "
                                     f"{result.failure()}")
@@ -105,14 +116,16 @@ def export_translation_tflite(encoder, step, output_path, source_lengths, varian
     check_builtins_only(report, output_path)
     signatures = [name.format(n) for n in lengths
                   for name in (ENCODE_SIGNATURE, DECODE_STEP_SIGNATURE)]
+    if beams and beams > 1:
+        signatures += [BEAMS_STEP_SIGNATURE.format(n, beams) for n in lengths]
     return {"path": output_path, "size_bytes": os.path.getsize(output_path),
             "signatures": signatures, **report}
 
 
-def signature_specs(model, source_length):
-    """The `(1, ...)` `tf.TensorSpec` of each input of `model`, named after it, every
+def signature_specs(model, source_length, batch=1):
+    """The `(batch, ...)` `tf.TensorSpec` of each input of `model`, named after it, every
     dynamic dimension (the source length) set to `source_length`."""
-    return [tf.TensorSpec((1, *(source_length if size is None else size
+    return [tf.TensorSpec((batch, *(source_length if size is None else size
                                 for size in tensor.shape[1:])),
                           tensor.dtype, name=tensor.name) for tensor in model.inputs]
 
@@ -136,7 +149,7 @@ def _frozen_signature(model, specs):
     return named
 
 
-def _convert_job(model_paths, work, output_path, lengths, variant):
+def _convert_job(model_paths, work, output_path, lengths, variant, beams=None):
     """The conversion, in the converter's child process."""
     encoder, step = (keras.saving.load_model(path) for path in model_paths)
     if variant == "int8":
@@ -148,6 +161,9 @@ def _convert_job(model_paths, work, output_path, lengths, variant):
             encoder, signature_specs(encoder, length))
         signatures[DECODE_STEP_SIGNATURE.format(length)] = _frozen_signature(
             step, signature_specs(step, length))
+        if beams and beams > 1:
+            signatures[BEAMS_STEP_SIGNATURE.format(length, beams)] = _frozen_signature(
+                step, signature_specs(step, length, beams))
     saved = os.path.join(work, "saved_model")
     tf.saved_model.save(tf.Module(), saved, signatures=signatures)
     converter = tf.lite.TFLiteConverter.from_saved_model(saved,
@@ -156,6 +172,8 @@ def _convert_job(model_paths, work, output_path, lengths, variant):
     if variant != "fp32":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     content = converter.convert()
-    if variant == "int8":  # the recipe's float ops, as export_model_int8_tflite's file
-        content = run_in_float(content)
+    # The recipe's float ops (as export_model_int8_tflite's file), or each quantization
+    # table once (the signatures repeat them: dynamic int8 +11 % with a beams step).
+    content = run_in_float(content) if variant == "int8" else share_quantization_parameters(
+        content)
     atomic_files.write_bytes(output_path, content)

@@ -8,7 +8,8 @@ callbacks of `keras_attn.generation` (`initial_decoding_cache`, `next_token_logi
 `greedy_decode` and `beam_search` are `EncoderDecoderDecoding`'s, the code that decodes a
 `Seq2SeqTransformer`: the search runs around the file (eagerly, or as the `Translator`'s
 `tf.function` with the file called through `tf.numpy_function`), one interpreter call per row
-and step (the file has batch 1). The file carries its vocabulary and card (`vocab.txt`,
+and step (the file has batch 1), or one per step for the rows of a `decode_step_{S}_beams_{K}`
+signature. The file carries its vocabulary and card (`vocab.txt`,
 `model_card.json` in its zip part), so it alone translates (`runtime_translator`).
 """
 
@@ -148,6 +149,11 @@ class TranslationFile(TranslationRuntime):
                           for n in self.source_lengths}
         self._steps = {n: self.interpreter.get_signature_runner(f"{DECODE_STEP_PREFIX}{n}")
                        for n in self.source_lengths}
+        # `decode_step_{S}_beams_{K}`: K rows in one call ({(S, K): runner}).
+        self._row_steps = {
+            (int(name.split("_")[2]), int(name.split("_")[4])):
+                self.interpreter.get_signature_runner(name)
+            for name in names if name.startswith(DECODE_STEP_PREFIX) and "_beams_" in name}
         inputs = self._steps[self.source_lengths[0]].get_input_details()
         self._cache_shape = tuple(inputs["self_attention_cache"]["shape"][1:])  # (N, 2, M, h, dk)
         self.max_length = int(self._cache_shape[2])
@@ -160,9 +166,13 @@ class TranslationFile(TranslationRuntime):
             for row in range(len(ids))])  # (B, 2N, L, h, dk)
 
     def _step(self, inputs):
-        step = self._steps[inputs["encoder_padding_mask"].shape[1]]
+        rows, length = inputs["encoder_padding_mask"].shape
+        if (length, rows) in self._row_steps:  # every beam in one call
+            out = self._row_steps[length, rows](**inputs)
+            return out["logits"], out["self_attention_cache"]
+        step = self._steps[length]
         outputs = [step(**{name: value[row:row + 1] for name, value in inputs.items()})
-                   for row in range(len(inputs["decoder_token_ids"]))]
+                   for row in range(rows)]
         return (np.concatenate([out["logits"] for out in outputs]),
                 np.concatenate([out["self_attention_cache"] for out in outputs]))
 

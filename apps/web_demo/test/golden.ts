@@ -25,7 +25,8 @@ export interface GoldenData {
   cleanUp(): void;
 }
 
-function python(): string {
+/** The project's Python: `$PYTHON`, default `.venv/bin/python` of the repository. */
+export function python(): string {
   return process.env["PYTHON"] ?? join(REPO, ".venv/bin/python");
 }
 

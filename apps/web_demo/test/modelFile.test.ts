@@ -2,7 +2,16 @@
 import { crc32, deflateRawSync } from "node:zlib";
 import { describe, expect, test } from "vitest";
 
-import { ModelAssetError, isTFLite, readAssociatedFiles, readModelAssets } from "../src/lib/core";
+import {
+  ModelAssetError,
+  isTFLite,
+  readAssociatedFiles,
+  readModelAssets,
+  readTranslationAssets,
+  sourceBucket,
+  sourceIds,
+  translationText,
+} from "../src/lib/core";
 import { cardText } from "./cards";
 
 const card = cardText({ task: "classification", labels: '["neg", "pos"]', vocabularySize: 6 });
@@ -117,5 +126,35 @@ describe("model files", () => {
     expect(await assetError(readAssociatedFiles(corrupt, "m.tflite"))).toMatch(
       /^m\.tflite: vocab\.txt: (damaged deflated data|deflated data gives)/,
     );
+  });
+
+  test("a translation file is read by readTranslationAssets, and refused by readModelAssets", async () => {
+    const translationCard = JSON.stringify({
+      task: "seq2seq", max_length: 8, target_max_length: 6, source_lengths: [8, 4], lowercase: false,
+      num_beams: 3, length_penalty: 0.6, bos_token_id: 2, eos_token_id: 3, pad_token_id: 0, joiner_token: "[JOIN]",
+      signatures: { encode: "encode_{S}", decode_step: "decode_step_{S}" } });
+    const translation = modelFile({ "model_card.json": translationCard, "vocab.txt": vocabulary + "[JOIN]\n." });
+    const assets = await readTranslationAssets(translation, "translation_int8.tflite");
+    expect(assets.card).toMatchObject({ maxLength: 8, targetMaxLength: 6, sourceLengths: [4, 8], numBeams: 3,
+      lengthPenalty: 0.6, bosTokenId: 2, eosTokenId: 3, padTokenId: 0, decodeStepSignature: "decode_step_{S}" });
+    expect(assets.vocabulary.length).toBe(8);
+    expect(Array.from(assets.pieces.encode("good."))).toEqual([4, 6, 7]);
+    // Sources: pieces cut to max_length - 1, then [SEP]; the shortest length that holds them.
+    expect(Array.from(sourceIds(assets.pieces, assets.card, "good."))).toEqual([4, 6, 7, 3]);
+    expect(Array.from(sourceIds(assets.pieces, assets.card, "good good good good good good good good"))).toEqual(
+      [4, 4, 4, 4, 4, 4, 4, 3]);
+    expect([1, 4, 5, 8].map((n) => sourceBucket(assets.card, n))).toEqual([4, 4, 8, 8]);
+    expect(() => sourceBucket(assets.card, 9)).toThrow("longer than the file's longest source length 8");
+    // Translations: up to the first [SEP].
+    expect(translationText(assets.pieces, assets.card, [5, 4, 6, 7, 3, 4, 0])).toBe("cafe good.");
+    expect(await assetError(readModelAssets(translation, "translation_int8.tflite"))).toMatch(
+      /^translation_int8\.tflite is a translation file \(task "seq2seq" in its model_card\.json\): load it with loadTranslator/);
+    const classifier = modelFile({ "model_card.json": card, "vocab.txt": vocabulary, "labels.txt": "neg\npos\n" });
+    expect(await assetError(readTranslationAssets(classifier, "model.tflite"))).toMatch(
+      /^model\.tflite:model_card\.json: task "classification" is not "seq2seq": load a classifier or tagger with loadModel/);
+    const badIds = modelFile({ "model_card.json": translationCard.replace('"eos_token_id":3', '"eos_token_id":9'),
+      "vocab.txt": vocabulary + "[JOIN]\n" });
+    expect(await assetError(readTranslationAssets(badIds, "t.tflite"))).toBe(
+      "t.tflite:model_card.json: eos_token_id=9 is outside the vocabulary (size 7)");
   });
 });

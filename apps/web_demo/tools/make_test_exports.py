@@ -11,12 +11,19 @@ settings: every file the page loads is what `keras-attn export` writes for a rea
 `OUT_DIR/reference.json` (`python_reference.py`: Python LiteRT's logits and `keras-attn
 predict`'s result for each golden text of each export and file). Re-running reuses finished
 runs and exports. About 4 minutes on two cores.
+
+Also a toy translation export, `OUT_DIR/translation/export` (`keras-attn export` of the
+recipe of tests/test_seq2seq_task.py's `toy_run`: 320 English->German word-for-word pairs,
+8 epochs of a 1-layer `transformer_tiny` of width 32), with its dev sources in
+`OUT_DIR/translation/dev.en`, for the web library's translation test
+(test/translation.test.ts).
 """
 
 import json
 import pathlib
 import sys
 
+from keras_attn import cli
 from keras_attn import demo
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
@@ -26,8 +33,13 @@ from keras_attn.training.tasks.task import minilm_directory
 from keras_attn.training.trainer import Trainer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[3]))  # the repository: tests/
 from python_reference import DEFAULT_FILES  # noqa: E402
 from python_reference import reference  # noqa: E402
+
+from tests.test_seq2seq_task import make_config  # noqa: E402
+from tests.test_seq2seq_task import toy_pairs  # noqa: E402
+from tests.test_seq2seq_task import write_parallel  # noqa: E402
 
 EPOCHS = 12
 LEARNING_RATE = 3e-3
@@ -52,6 +64,24 @@ def train_and_export(name, out):
     return export_dir
 
 
+def translation_export(out):
+    """The export directory of the toy translation run (tests/test_seq2seq_task.py's
+    `toy_run` recipe and data), trained and exported unless done."""
+    folder = out / "translation"
+    folder.mkdir(parents=True, exist_ok=True)
+    values = make_config(folder, write_parallel(folder, "train", toy_pairs(320, seed=0)),
+                         write_parallel(folder, "dev", toy_pairs(12, seed=1)),
+                         epochs=8).to_dict()
+    config = TrainingConfig.from_dict(values, source="make_test_exports (translation)")
+    run_dir, export_dir = folder / "run", folder / "export"
+    if not (run_dir / "metrics.json").is_file():
+        Trainer(config).run()
+    if not (export_dir / "export_report.json").is_file():
+        if cli.main(["export", str(run_dir), "--output-dir", str(export_dir)]) != 0:
+            sys.exit(f"error: keras-attn export {run_dir} failed")
+    return export_dir
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -60,6 +90,7 @@ def main(argv=None):
     exports = [train_and_export(name, out) for name in demo.DEMO_TASKS]
     document = reference(exports, DEFAULT_FILES)
     (out / "reference.json").write_text(json.dumps(document, ensure_ascii=False))
+    translation_export(out)
     print(f"exports and reference.json in {out}")
 
 

@@ -9,11 +9,16 @@
  * const model = await loadModel("/models/model_int8_buckets.tflite");
  * console.log(model.card.task, model.card.labels);
  * console.log(await model.predict("Priya Nair met officials in Dublin."));
+ *
+ * const translator = await loadTranslator("/models/translation_int8.tflite");
+ * console.log((await translator.translate("A man rides a bike.", { beams: 4 })).text);
  * ```
  * @packageDocumentation
  */
 export { loadModel, TextModel } from "./model";
 export type { LoadModelOptions, ModelSource, PredictResult, Run, Timing } from "./model";
+export { loadTranslator, TranslationModel } from "./translator";
+export type { TranslateOptions, Translation } from "./translator";
 export { defaultWasmPath, ensureRuntime, hasWasmSimd, RuntimeError } from "./runtime";
 export type { RuntimeOptions } from "./runtime";
 export * from "./core/index";

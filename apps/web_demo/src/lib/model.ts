@@ -57,6 +57,18 @@ export async function loadModel(source: ModelSource, options: LoadModelOptions =
   const name = options.name ?? sourceName(source);
   const bytes = await readBytes(source, name);
   const assets = await core.readModelAssets(bytes, name);
+  return withCompiled(bytes, name, options, (compiled) => new TextModel(name, assets, compiled));
+}
+
+/**
+ * Compiles a file's `bytes` with LiteRT.js (the runtime loaded first) and wraps it with
+ * `wrap`; the compiled model is freed when `wrap` throws.
+ *
+ * @throws core.ModelAssetError when LiteRT.js cannot load the file.
+ */
+export async function withCompiled<T>(
+  bytes: Uint8Array, name: string, options: LoadModelOptions, wrap: (compiled: CompiledModel) => T,
+): Promise<T> {
   await ensureRuntime(options);
   let compiled: CompiledModel;
   try {
@@ -68,7 +80,7 @@ export async function loadModel(source: ModelSource, options: LoadModelOptions =
     throw new core.ModelAssetError(`${name}: LiteRT.js cannot load it (${(error as Error).message})`);
   }
   try {
-    return new TextModel(name, assets, compiled);
+    return wrap(compiled);
   } catch (error) {
     compiled.delete();
     throw error;
@@ -187,7 +199,8 @@ export class TextModel {
   }
 }
 
-function sourceName(source: ModelSource): string {
+/** The file name of a model source, for messages. */
+export function sourceName(source: ModelSource): string {
   if (typeof Blob !== "undefined" && source instanceof Blob && "name" in source) {
     return (source as File).name;
   }
@@ -198,7 +211,8 @@ function sourceName(source: ModelSource): string {
   return "model.tflite";
 }
 
-async function readBytes(source: ModelSource, name: string): Promise<Uint8Array> {
+/** The bytes of a model source (fetched for a URL). */
+export async function readBytes(source: ModelSource, name: string): Promise<Uint8Array> {
   if (source instanceof Uint8Array) return source;
   if (source instanceof ArrayBuffer) return new Uint8Array(source);
   if (typeof Blob !== "undefined" && source instanceof Blob) {

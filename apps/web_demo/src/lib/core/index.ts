@@ -57,3 +57,23 @@ export {
 export { argmax, softmax, topK } from "./scores";
 export { CharClass, TEXT_TABLES_SOURCE, TextTables } from "./textTables";
 export { type ModelInputs, type Pieces, type WordPieceOptions, WordPieceTokenizer } from "./wordPieceTokenizer";
+export {
+  type BeamSearchOptions,
+  type DecodeOptions,
+  type DecodeProgress,
+  type DecodeStep,
+  type Decoded,
+  type StepOutput,
+  beamSearch,
+  greedyDecode,
+} from "./decoding";
+export { JOINER_TOKEN, JoinedWordPieces } from "./joinedWordPieces";
+export {
+  type TranslationAssets,
+  type TranslationCard,
+  parseTranslationCard,
+  readTranslationAssets,
+  sourceBucket,
+  sourceIds,
+  translationText,
+} from "./translationFile";

@@ -117,11 +117,27 @@ export async function readModelAssets(
       `${source} embeds no ${name} (${listed}): it is not a self-describing keras-attn model; ${HOW_TO_EXPORT}`,
     );
   };
-  const card = ModelCard.parse(text(CARD_FILE), `${source}:${CARD_FILE}`);
+  const cardText = text(CARD_FILE);
+  if (isTranslationCard(cardText)) {
+    throw new ModelAssetError(
+      `${source} is a translation file (task "seq2seq" in its ${CARD_FILE}): load it with ` +
+        "loadTranslator, which encodes, decodes and detokenizes; loadModel takes classifiers and taggers");
+  }
+  const card = ModelCard.parse(cardText, `${source}:${CARD_FILE}`);
   const vocabulary = lines(text(VOCABULARY_FILE));
   const tokenizer = card.tokenizer(vocabulary, tables, `${source}:${VOCABULARY_FILE}`);
   card.checkLabels(lines(text(LABELS_FILE)), `${source}:${LABELS_FILE}`);
   return { card, vocabulary, tokenizer, tables };
+}
+
+/** True for the card of a translation file (task "seq2seq"); false for any other text. */
+function isTranslationCard(text: string): boolean {
+  try {
+    const root: unknown = JSON.parse(text);
+    return typeof root === "object" && root !== null && (root as { task?: unknown }).task === "seq2seq";
+  } catch {
+    return false; // ModelCard.parse says what is wrong
+  }
 }
 
 /** UTF-8 bytes as text, as Python's `bytes.decode("utf-8")` (a byte order mark is kept). */
