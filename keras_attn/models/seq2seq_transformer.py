@@ -316,7 +316,7 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
         ...     {"encoder_token_ids": ids, "encoder_padding_mask": ids > 0})
         >>> cache = model.initial_decoding_cache(ids, ids > 0, max_length=3)
         >>> bool(np.allclose(caches["cross_attention_cache"], np.reshape(
-        ...     cache["cross_attention_cache"], (1, 2, 4, 2, 4)), atol=1e-6))
+        ...     np.asarray(cache["cross_attention_cache"]), (1, 2, 4, 2, 4)), atol=1e-6))
         True
         """
         check_bool("cross_attention_cache", cross_attention_cache)
@@ -329,7 +329,7 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
         if not cross_attention_cache:
             return keras.Model(inputs, x, name=f"{self.name}_encoder")
         head_dim = self.hidden_dim // self.num_heads
-        token = ops.zeros_like(x[:, :1])  # (B, 1, d)
+        token = ops.expand_dims(ops.zeros_like(x[:, 0]), 1)  # (B, 1, d), the 1 static
         # An empty self-attention cache of 2 slots (2 keys: no softmax over one value).
         empty = ops.zeros_like(ops.reshape(ops.concatenate([token, token], axis=1),
                                            (-1, 1, 2, self.num_heads, head_dim)))
@@ -407,7 +407,7 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
         ...               "cache_update_index": np.array([0]),
         ...               "self_attention_cache": np.zeros((1, 1, 2, 6, 2, 4), "float32"),
         ...               "cross_attention_cache": np.reshape(
-        ...                   cache["cross_attention_cache"], (1, 2, 4, 2, 4)),
+        ...                   np.asarray(cache["cross_attention_cache"]), (1, 2, 4, 2, 4)),
         ...               "encoder_padding_mask": ids > 0})
         >>> bool(np.allclose(out["logits"], logits, atol=1e-5))
         True
