@@ -30,7 +30,7 @@ LONGEST_FIRST = ("test_run_exporter", "test_crash_safety", "test_trainer", "test
                  "test_export_benchmark_scripts", "test_quantization_budget",
                  "test_run_directory", "test_quantization_sensitivity",
                  "test_onnx_int8_artifacts", "test_tflite_export",
-                 "test_translation_exporter")
+                 "test_translation_exporter", "test_generation_exporter")
 
 
 def _longest_first(item):

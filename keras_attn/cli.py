@@ -22,7 +22,9 @@ from keras_attn.explain import explain
 from keras_attn.export.run_exporter import EVAL_SPLITS
 from keras_attn.export.run_exporter import ExportOptions
 from keras_attn.export.run_exporter import export_run
-from keras_attn.export.translation_exporter import export_translation_run
+from keras_attn.generation_commands import add_generation_arguments
+from keras_attn.generation_commands import generation_command
+from keras_attn.generation_commands import is_generation_artifact
 from keras_attn.inference.http_server import ServerLimits
 from keras_attn.inference.http_server import make_server
 from keras_attn.inference.http_server import url_of
@@ -32,11 +34,12 @@ from keras_attn.inference.rest_api import DEFAULT_MAX_TEXT_CHARS
 from keras_attn.inference.rest_api import RestApi
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_stage import quantize_run
-from keras_attn.runs.overwrite_guard import check_export_output
+from keras_attn.runs.overwrite_guard import guarded_export
 from keras_attn.runs.run_lock import run_lock
 from keras_attn.text.batching import PREDICT_BATCH_SIZE
 from keras_attn.text.text_lines import decode_lines
 from keras_attn.text.text_lines import read_lines
+from keras_attn.text_generation import is_generation_run
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
@@ -138,7 +141,9 @@ def _train(args):
 def _export(args):
     output_dir = args.output_dir or os.path.join(args.run_dir, "export")
     if is_translation_run(args.run_dir):
-        return _export_translation(args, output_dir)
+        return translation_command("export", args, _say)
+    if is_generation_run(args.run_dir):
+        return generation_command("export", args, _say)
     options = ExportOptions(
         sequence_length=args.sequence_length,
         quantization=QuantizationRecipe.from_arguments(args), qat_run=args.qat_run,
@@ -149,9 +154,9 @@ def _export(args):
         length_buckets=not args.no_length_buckets, smallest_bucket=args.smallest_bucket)
     _say(f"keras-attn export {args.run_dir} -> {output_dir}")
     # Held before --overwrite empties the directory (export_run holds it again).
-    with run_lock(writes=[output_dir], reads=[p for p in (args.run_dir, args.qat_run) if p]):
-        check_export_output(output_dir, args.run_dir, args.overwrite, log=_say)
-        report = export_run(args.run_dir, output_dir, options, log=_say)
+    report = guarded_export(args.run_dir, output_dir, args.overwrite, lambda: export_run(
+        args.run_dir, output_dir, options, log=_say), log=_say,
+        reads=[args.qat_run] if args.qat_run else [])
     _say()
     _say("== artifacts")
     for row in report["artifacts"]:
@@ -160,25 +165,6 @@ def _export(args):
         _say(f"  {row['artifact']:<34} {report['metric']} {row['metric']:.4f}  agreement "
              f"{row['agreement']:.4f}  {row['size_bytes'] / 1e6:6.1f} MB  {latency}")
     _say(f"  report: {os.path.join(output_dir, 'export_report.md')}")
-    return 0
-
-
-def _export_translation(args, output_dir):
-    """`keras-attn export` of a seq2seq run: the translation files and their BLEU."""
-    _say(f"keras-attn export {args.run_dir} -> {output_dir} (translation)")
-    with run_lock(writes=[output_dir], reads=[args.run_dir]):
-        check_export_output(output_dir, args.run_dir, args.overwrite, log=_say)
-        report = export_translation_run(args.run_dir, output_dir, args.eval_split,
-                                        args.max_eval_examples, log=_say)
-    _say()
-    _say(f"== artifacts ({report['examples']:,} {report['eval_split']} pairs, "
-         f"{report['num_beams']} beams, 1 thread)")
-    for row in report["artifacts"][1:]:
-        _say(f"  {row['file']:<34} BLEU {row['bleu']:.2f} (Keras "
-             f"{report['artifacts'][0]['bleu']:.2f})  {row['size_bytes'] / 1e6:6.1f} MB  "
-             f"{row['ms_per_sentence']:.1f} ms/sentence")
-    _say(f"  default file: {report['default_file']}; report: "
-         f"{os.path.join(output_dir, 'export_report.md')}")
     return 0
 
 
@@ -256,6 +242,8 @@ def _predict_inputs(args):
 def _predict(args):
     if is_translation_artifact(args.artifact):  # beam-search translations
         return translation_command("predict", args, _say)
+    if is_generation_artifact(args.artifact):  # a language model: continuations
+        return generation_command("predict", args, _say)
     inputs = _predict_inputs(args)
     predictor = load_predictor(args.artifact, num_threads=args.threads)
     results = predictor.predict([text for _, text in inputs], batch_size=args.batch_size)
@@ -379,7 +367,12 @@ def _add_export_command(commands):
              "TFLite, ONNX, SavedModel, model card, golden vectors and a parity/latency "
              "report",
         description="Export RUN_DIR (a keras-attn train output directory). Re-running "
-                    "reuses the artifacts already written.",
+                    "reuses the artifacts already written. A seq2seq run exports its "
+                    "translation files (encode + decode_step signatures, and the ONNX "
+                    "encoder + decoder-with-past pair) scored by BLEU, a causal_lm run its "
+                    "generation files (a decode_step signature) scored by perplexity: of "
+                    "the options below these take --output-dir, --overwrite, --eval-split "
+                    "and --max-eval-examples.",
     )
     defaults = ExportOptions()
     export.add_argument("run_dir", help="the training run directory (holds model.keras)")
@@ -483,6 +476,7 @@ def _add_predict_command(commands):
     translation.add_argument("--output", help="write the translations here, one per line")
     translation.add_argument("--beams", type=_positive_int,
                              help="beam width (default: the run's train.eval_num_beams)")
+    add_generation_arguments(predict)
     predict.set_defaults(handler=_predict)
 
 

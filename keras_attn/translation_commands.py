@@ -1,4 +1,4 @@
-"""`keras-attn predict` and `keras-attn explain` on translations: a `seq2seq` run, its export
+"""`keras-attn export`, `predict` and `explain` on translations: a `seq2seq` run, its export
 directory, or one of its translation `.tflite` files (`translation_command`).
 
     keras-attn predict runs/multi30k_transformer "Ein Mann fährt Fahrrad."
@@ -13,11 +13,13 @@ import time
 
 from keras_attn import atomic_files
 from keras_attn.export.tflite_metadata import associated_files
+from keras_attn.export.translation_exporter import export_translation_run
 from keras_attn.inference.translation_file import TranslationFile
 from keras_attn.inference.translation_file import runtime_translator
 from keras_attn.inference.translation_onnx import ENCODER_NAME
 from keras_attn.inference.translation_onnx import TranslationOnnx
 from keras_attn.runs.export_directory import CARD_FILE
+from keras_attn.runs.overwrite_guard import guarded_export
 from keras_attn.text.text_lines import read_lines
 from keras_attn.translation import TRANSLATION_TASK
 from keras_attn.translation import TranslationError
@@ -64,11 +66,28 @@ def translator_of(path, num_beams=None, num_threads=None):
 
 
 def translation_command(command, args, say):
-    """`keras-attn predict` or `explain` on a translation run; returns the exit status (the
-    command line's one handler reports a `TranslationError`)."""
-    if command == "explain":
-        return _explain(args, say)
-    return _predict(args, say)
+    """`keras-attn export`, `predict` or `explain` on a translation run; returns the exit
+    status (the command line's one handler reports a `TranslationError`)."""
+    return {"export": _export, "explain": _explain, "predict": _predict}[command](args, say)
+
+
+def _export(args, say):
+    """The translation files of a seq2seq run and their BLEU."""
+    output_dir = args.output_dir or str(pathlib.Path(args.run_dir) / "export")
+    say(f"keras-attn export {args.run_dir} -> {output_dir} (translation)")
+    report = guarded_export(args.run_dir, output_dir, args.overwrite, lambda: (
+        export_translation_run(args.run_dir, output_dir, args.eval_split,
+                               args.max_eval_examples, log=say)), log=say)
+    say()
+    say(f"== artifacts ({report['examples']:,} {report['eval_split']} pairs, "
+        f"{report['num_beams']} beams, 1 thread)")
+    for row in report["artifacts"][1:]:
+        say(f"  {row['file']:<34} BLEU {row['bleu']:.2f} (Keras "
+            f"{report['artifacts'][0]['bleu']:.2f})  {row['size_bytes'] / 1e6:6.1f} MB  "
+            f"{row['ms_per_sentence']:.1f} ms/sentence")
+    say(f"  default file: {report['default_file']}; report: "
+        f"{pathlib.Path(output_dir) / 'export_report.md'}")
+    return 0
 
 
 def _predict(args, say):

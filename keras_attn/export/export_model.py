@@ -30,9 +30,9 @@ from keras_attn.export.file_budget import file_budget
 from keras_attn.export.file_budget import file_measures
 from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.golden_vectors import model_card
-from keras_attn.export.model_int8_tflite import batch_one_specs
 from keras_attn.export.model_int8_tflite import export_model_fp32_tflite
 from keras_attn.export.model_int8_tflite import export_model_int8_tflite
+from keras_attn.export.signature_tflite import batch_specs
 from keras_attn.export.tflite_export import tflite_op_report
 from keras_attn.export.tflite_metadata import embed_metadata
 from keras_attn.layers.crf import CRF
@@ -178,7 +178,7 @@ def file_length(model, x, sequence_length=None):
     inputs = emissions_model(model).inputs
     if sequence_length is None and any(None in tuple(t.shape[1:2]) for t in inputs):
         sequence_length = int(np.shape(keras.tree.flatten(x)[0])[1])
-    batch_one_specs(emissions_model(model), sequence_length)  # raises on an unknown size
+    batch_specs(emissions_model(model), sequence_length)  # raises on an unknown size
     return sequence_length
 
 

@@ -8,10 +8,11 @@ import tempfile
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_attn import atomic_files
 from keras_attn.export.converter_process import run_job
+from keras_attn.export.signature_tflite import batch_specs
+from keras_attn.export.signature_tflite import frozen_signature
 from keras_attn.export.tflite_export import TFLiteExportError
 from keras_attn.export.tflite_export import check_builtins_only
 from keras_attn.export.tflite_export import tflite_op_report
@@ -56,7 +57,7 @@ def export_model_int8_tflite(model, output_path, representative_inputs, sequence
         ValueError: an input of unknown size, or no representative inputs.
         TFLiteExportError: the conversion failed, or a Flex/custom op appeared.
     """
-    specs = batch_one_specs(emissions_model(model), sequence_length)
+    specs = batch_specs(emissions_model(model), sequence_length)
     return _export(model, output_path, "int8", _rows(representative_inputs, specs),
                    sequence_length)
 
@@ -98,23 +99,6 @@ def _export(model, output_path, variant, rows, sequence_length):
             "float_layers": float_layers(model) if variant == "int8" else [], **report}
 
 
-def batch_one_specs(model, sequence_length=None):
-    """The `(1, ...)` `tf.TensorSpec` of each model input, named after it, a dynamic length
-    set to `sequence_length`; an error naming an input of unknown size."""
-    specs = []
-    for tensor in model.inputs:
-        shape = tuple(tensor.shape[1:])
-        if sequence_length is not None and shape and shape[0] is None:
-            shape = (sequence_length, *shape[1:])
-        if any(size is None for size in shape):
-            raise ValueError(
-                f"Input {tensor.name!r} has shape {tensor.shape}: a TFLite file for phones has "
-                "static shapes; pass `sequence_length=` or build the model with a fixed "
-                "length, e.g. keras.Input((128,), dtype='int32').")
-        specs.append(tf.TensorSpec((1, *shape), tensor.dtype, name=tensor.name))
-    return specs
-
-
 def _rows(representative_inputs, specs):
     """`{input name: (N, 1, ...) array}` of the examples, one row each, in the dtype of
     the file's input (NumPy's int64 ids as int32); an error naming an input whose examples
@@ -153,26 +137,9 @@ def _convert_job(model_path, data_path, work, output_path, sequence_length, vari
     """The conversion, in the converter's child process."""
     model = keras.saving.load_model(model_path)
     freeze_model_ranges(model)
-    specs = batch_one_specs(model, sequence_length)
+    specs = batch_specs(model, sequence_length)
     names = [spec.name for spec in specs]
-
-    @tf.function(input_signature=specs)
-    def serve(*inputs):
-        # The model's own input structure (a list, a dict of named inputs, one tensor);
-        # named outputs keep their names.
-        outputs = model(keras.tree.pack_sequence_as(model.input, list(inputs)),
-                        training=False)
-        return outputs if isinstance(outputs, dict) else {"output": outputs}
-
-    concrete = serve.get_concrete_function()
-    frozen = convert_variables_to_constants_v2(concrete)
-    output_names = sorted(concrete.structured_outputs)
-
-    @tf.function(input_signature=specs)
-    def named(*inputs):
-        # A frozen function returns its outputs as a list (sorted by name): named again.
-        return dict(zip(output_names, keras.tree.flatten(frozen(*inputs))))
-
+    named = frozen_signature(model, specs)
     saved = os.path.join(work, "saved_model")
     tf.saved_model.save(tf.Module(), saved, signatures={"serving_default": named})
     converter = tf.lite.TFLiteConverter.from_saved_model(saved)

@@ -99,7 +99,7 @@ def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_exam
             "recurrent decoding step has no export yet): translate it with `keras-attn "
             "predict RUN`")
     config = run.config()
-    split = _eval_split(config, eval_split, run.path)
+    split = run.evaluation_split(eval_split)
     pairs = read_split_pairs(config.data, getattr(config.data, split), log)[:max_eval_examples]
     sources = translator.source_ids([p.source for p in pairs])
     references = [p.target for p in pairs]
@@ -110,7 +110,8 @@ def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_exam
     log(f"  Keras model: BLEU {keras_row['bleu']:.2f}")
     output = pathlib.Path(output_dir)
     card = _card(config, translator, bucket_lengths(config.data.max_length))
-    files = _write_files(translator, run, config, card, output, log)
+    vocabulary = run.file(VOCAB_FILE).read_text(encoding="utf-8").splitlines()
+    files = _write_files(translator, vocabulary, config, card, output, log)
     rows = [keras_row] + _file_rows(files, sources, references, keras_texts, log)
     int8 = next(r for r in rows if r["artifact"] == "int8")
     card["default_file"] = FILE_NAME.format(
@@ -123,27 +124,13 @@ def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_exam
     export = ExportDirectory(output)
     export.write_card({**card, "artifacts": sorted(
         name for path in files.values() for name in _file_names(path))})
-    atomic_files.write_text(output / VOCAB_FILE, "\n".join(_vocabulary(run)) + "\n")
+    atomic_files.write_text(output / VOCAB_FILE, "\n".join(vocabulary) + "\n")
     export.write_report(report, report_markdown(report))
     return report
 
 
 class TranslationExportError(KerasAttnError, ValueError):
     """A run the translation export cannot take (the message says why)."""
-
-
-def _eval_split(config, requested, run_path):
-    order = ("test", "dev") if requested == "auto" else (requested,)
-    split = next((s for s in order if getattr(config.data, s)), None)
-    if split is None:
-        raise TranslationExportError(
-            f"{run_path}: the run has no {' or '.join(order)} data to score the translation "
-            "files on (data.dev / data.test in its config)")
-    return split
-
-
-def _vocabulary(run):
-    return run.file(VOCAB_FILE).read_text(encoding="utf-8").splitlines()
 
 
 def _card(config, translator, source_lengths):
@@ -168,7 +155,7 @@ def _file_names(path):
     return [path.name] + ([step_path(path).name] if path.suffix == ".onnx" else [])
 
 
-def _write_files(translator, run, config, card, output, log):
+def _write_files(translator, vocabulary, config, card, output, log):
     """`{variant: path}` of the three `.tflite` files, written with the card and vocabulary,
     and of the ONNX pairs (their encoder files)."""
     max_length = 1 + config.data.target_max_length  # BOS + generated tokens
@@ -183,11 +170,11 @@ def _write_files(translator, run, config, card, output, log):
         export_translation_tflite(*graphs, path, lengths, variant, beams=card["num_beams"])
         content = append_associated_files(path.read_bytes(), {
             CARD_FILE: (json.dumps(card, indent=1, ensure_ascii=False) + "\n").encode("utf-8"),
-            VOCAB_FILE: ("\n".join(_vocabulary(run)) + "\n").encode("utf-8")})
+            VOCAB_FILE: ("\n".join(vocabulary) + "\n").encode("utf-8")})
         atomic_files.write_bytes(path, content)
         log(f"  wrote {path} ({time.perf_counter() - started:.0f} s)")
         files[variant] = path
-    files.update(export_translation_onnx(encoder, step, output, card, _vocabulary(run)))
+    files.update(export_translation_onnx(encoder, step, output, card, vocabulary))
     log(f"  wrote the ONNX encoder and decoder-step pairs: {', '.join(files)}")
     return files
 

@@ -23,6 +23,7 @@ from keras import ops
 
 from keras_attn.errors import KerasAttnError
 from keras_attn.export.tflite_metadata import associated_files
+from keras_attn.inference.numpy_call import numpy_call
 from keras_attn.models.seq2seq_decoding import EncoderDecoderDecoding
 from keras_attn.runs.export_directory import CARD_FILE
 from keras_attn.runs.export_directory import VOCAB_FILE
@@ -73,7 +74,7 @@ class TranslationRuntime(EncoderDecoderDecoding):
             raise TranslationFileError(
                 f"{max_length} decoder positions asked for, {self.path.name}'s cache holds "
                 f"{self.max_length} (1 + the card's target_max_length)")
-        cross, mask = _numpy_call(self._encode_bucket, [encoder_token_ids, ops.cast(
+        cross, mask = numpy_call(self._encode_bucket, [encoder_token_ids, ops.cast(
             encoder_padding_mask, "int32")], [tf.float32, tf.int32])
         cross.set_shape([None, 2 * self._cache_shape[0], None, *self._cache_shape[3:]])
         mask.set_shape([None, None])
@@ -95,7 +96,7 @@ class TranslationRuntime(EncoderDecoderDecoding):
         if token_ids.shape[1] != 1:
             raise TranslationFileError("the file decodes one token a step; the prompt is "
                                        "the BOS token alone")
-        logits, self_cache = _numpy_call(self._numpy_step, [
+        logits, self_cache = numpy_call(self._numpy_step, [
             token_ids, index, cache["self_attention_cache"], cache["cross_attention_cache"],
             cache["encoder_padding_mask"]], [tf.float32, tf.float32])
         logits.set_shape([None, self.vocabulary_size])
@@ -186,16 +187,6 @@ def runtime_translator(runtime, num_beams=None, **kwargs):
     kwargs.setdefault("length_penalty", card["length_penalty"])
     return Translator(runtime, JoinedWordPieces(tokenizer), card["max_length"],
                       card["target_max_length"], num_beams or card["num_beams"], **kwargs)
-
-
-def _numpy_call(function, inputs, dtypes):
-    """`function` of the NumPy values of `inputs`: called at once when eager (its errors
-    raised as they are), through `tf.numpy_function` inside a `tf.function` (the search's
-    loop then runs as a graph, with the runtime called at each step)."""
-    if tf.executing_eagerly():
-        return [tf.convert_to_tensor(value) for value in function(
-            *[np.asarray(value) for value in inputs])]
-    return tf.numpy_function(function, inputs, dtypes, stateful=False)
 
 
 def _fit(array, length):

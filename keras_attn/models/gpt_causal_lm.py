@@ -5,8 +5,9 @@ from keras_attn import generation
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.quantized_dense import fake_quantize_weight
 from keras_attn.layers.quantized_dense import frozen_bound
-from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.validation import check_int
+from keras_attn.models.block_copies import block_copies
+from keras_attn.models.block_copies import copy_block_weights
 from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.model_config import ModelConfig
 
@@ -254,8 +255,7 @@ class GPTCausalLM(ModelConfig, keras.Model):
         cache_in = ops.reshape(inputs["cache"],
                                (-1, 2 * b.num_layers, max_length, b.num_heads, head_dim))
         x = b.get_layer("embeddings")(inputs["token_ids"], start_index=index)  # (B, 1, H)
-        blocks = [TransformerDecoderBlock.from_config(block.get_config())
-                  for block in b.transformer_layers]
+        blocks = block_copies(b.transformer_layers)
         caches = []
         for i, block in enumerate(blocks):
             if b.layer_position_embeddings:
@@ -271,8 +271,7 @@ class GPTCausalLM(ModelConfig, keras.Model):
         outputs = {"logits": head(x)[:, -1],  # (B, V)
                    "cache": ops.reshape(ops.concatenate(caches, axis=1), (
                        -1, b.num_layers, 2, max_length, b.num_heads, head_dim))}
-        for block, source in zip(blocks, b.transformer_layers):
-            block.set_weights(source.get_weights())
+        copy_block_weights(blocks, b.transformer_layers)
         return keras.Model(inputs, outputs, name=f"{self.name}_decoder_step")
 
     def generate(

@@ -11,6 +11,8 @@ from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
+from keras_attn.models.block_copies import block_copies
+from keras_attn.models.block_copies import copy_block_weights
 from keras_attn.models.model_arguments import check_transformer_sizes
 from keras_attn.models.model_arguments import preset_arguments
 from keras_attn.models.model_config import ModelConfig
@@ -333,7 +335,7 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
         # An empty self-attention cache of 2 slots (2 keys: no softmax over one value).
         empty = ops.zeros_like(ops.reshape(ops.concatenate([token, token], axis=1),
                                            (-1, 1, 2, self.num_heads, head_dim)))
-        caches, blocks = [], self._block_copies()
+        caches, blocks = [], block_copies(self.decoder_layers)
         for block in blocks:
             _, _, cache = block(
                 token, x, encoder_padding_mask=inputs["encoder_padding_mask"],
@@ -341,22 +343,9 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
                 self_attention_cache_update_index=0,
             )  # (B, 2, S, h, dk)
             caches.append(cache)
-        self._copy_block_weights(blocks)
+        copy_block_weights(blocks, self.decoder_layers)
         outputs = {"cross_attention_cache": ops.concatenate(caches, axis=1)}  # (B, 2N, S, h, dk)
         return keras.Model(inputs, outputs, name=f"{self.name}_encoder")
-
-    def _block_copies(self):
-        """Copies of the decoder blocks for a graph whose first call of each is its own
-        (a functional model reads a layer's outputs by its first call, and the blocks'
-        first returned one tensor); `_copy_block_weights` gives them the weights once
-        that call has built them."""
-        return [TransformerDecoderBlock.from_config(block.get_config())
-                for block in self.decoder_layers]
-
-    def _copy_block_weights(self, blocks):
-        """The decoder blocks' weights as they are now, into their `_block_copies`."""
-        for block, source in zip(blocks, self.decoder_layers):
-            block.set_weights(source.get_weights())
 
     def decoder_step_model(self, max_length, cross_attention_cache=False):
         """One decoding step as a functional model on this model's layers (shared
@@ -377,7 +366,7 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
         cache each block projects the encoder outputs into its cross-attention keys and
         values at every step (`N * 2 * S * d^2` multiply-adds a step, more than the rest
         of the step at `S > 8`). The token embedding is this model's; the decoder blocks
-        are copies with its weights as they are now (`_block_copies`). `quantize_model`
+        are copies with its weights as they are now (`block_copies`). `quantize_model`
         gives its int8 form.
 
         Args:
@@ -422,7 +411,7 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
                                (-1, 2 * self.num_layers, max_length, self.num_heads, head_dim))
         cross_in = inputs.get("cross_attention_cache")  # (B, 2N, S, h, dk)
         x = self._decoder_step_embedding(inputs, max_length)  # (B, 1, d)
-        caches, blocks = [], self._block_copies()
+        caches, blocks = [], block_copies(self.decoder_layers)
         for i, block in enumerate(blocks):
             x, cache, _ = block(
                 x, inputs.get("encoder_outputs"),
@@ -436,7 +425,7 @@ class Seq2SeqTransformer(EncoderDecoderDecoding, ModelConfig, keras.Model):
                    "self_attention_cache": ops.reshape(
                        ops.concatenate(caches, axis=1),
                        (-1, self.num_layers, 2, max_length, self.num_heads, head_dim))}
-        self._copy_block_weights(blocks)
+        copy_block_weights(blocks, self.decoder_layers)
         return keras.Model(inputs, outputs, name=f"{self.name}_decoder_step")
 
     def _decoder_step_inputs(self, max_length, cross_attention_cache):

@@ -17,6 +17,7 @@ import shutil
 from keras_attn.errors import KerasAttnError
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_lock import LOCK_FILE
+from keras_attn.runs.run_lock import run_lock
 from keras_attn.training.config import ConfigError
 
 # Settings that may change when a run is resumed: where and how fast it runs, what it logs,
@@ -150,6 +151,14 @@ def check_export_output(directory, run_dir, overwrite=False, log=None):
     check_output_dir(
         directory, recorded, wanted, "an export",
         choices="give another --output-dir, or add --overwrite to replace that export")
+
+
+def guarded_export(run_dir, output_dir, overwrite, export, log=None, reads=()):
+    """`export()`'s result, called under the run lock (writing `output_dir`, reading
+    `run_dir` and `reads`) after `check_export_output`: the export commands' frame."""
+    with run_lock(writes=[output_dir], reads=[run_dir, *reads]):
+        check_export_output(output_dir, run_dir, overwrite, log=log)
+        return export()
 
 
 def _differences(recorded, wanted, prefix=""):

@@ -197,6 +197,18 @@ class RunDirectory:
         `None` when the config names none."""
         return getattr(self.config().data, split)
 
+    def evaluation_split(self, requested="auto"):
+        """The split an export scores its files on: `requested` (`"dev"` or `"test"`), or
+        for `"auto"` test when the config names one, else dev; an error when it names
+        neither."""
+        order = ("test", "dev") if requested == "auto" else (requested,)
+        split = next((s for s in order if self.data_file(s)), None)
+        if split is None:
+            raise RunDirectoryError(
+                f"{self.path}: the run has no {' or '.join(order)} data to score the exported "
+                "files on (data.dev / data.test in its config)")
+        return split
+
     def _read_split(self, split):
         """`(path, raw examples)` of `split`, read once per instance (export reads the
         evaluation split for its scores, golden vectors and MediaPipe texts)."""
