@@ -64,6 +64,14 @@ bench-quick: $(INSTALLED)
 WEB := apps/web_demo
 WEB_NODE := $(WEB)/node_modules/.package-lock.json
 EXPORT ?= $(DEMO_DIR)/sentiment/export,$(DEMO_DIR)/entities/export
+# A translation export (docs/export.md) joins them when it exists: the page's Translate tab;
+# and a language model export: the Generate tab.
+TRANSLATION_EXPORT ?= runs/multi30k_transformer/export
+GENERATION_EXPORT ?= runs/shakespeare_char_none/export
+comma := ,
+# $(call web_extra,DIR): ",DIR" when DIR holds an export not already named in EXPORT.
+web_extra = $(if $(wildcard $(1)/model_card.json),$(if $(findstring $(1),$(EXPORT)),,$(comma)$(1)))
+WEB_EXPORTS = $(EXPORT)$(call web_extra,$(TRANSLATION_EXPORT))$(call web_extra,$(GENERATION_EXPORT))
 WEB_HOST ?= 0.0.0.0
 WEB_PORT ?= 8080
 WEB_TEST_DIR ?= runs/web_test
@@ -76,15 +84,18 @@ $(WEB_NODE): $(WEB)/package.json $(WEB)/package-lock.json
 web-build: $(WEB_NODE)
 	cd $(WEB) && npm run --silent build
 
-# Builds the app and serves it with the demo's exports (make demo first), or EXPORT=dir[,dir].
+# Builds the app and serves it with the demo's exports (make demo first), or EXPORT=dir[,dir],
+# and TRANSLATION_EXPORT and GENERATION_EXPORT when those directories hold an export.
 web: web-build
-	node $(WEB)/tools/serve.mjs --export $(EXPORT) --host $(WEB_HOST) --port $(WEB_PORT)
+	node $(WEB)/tools/serve.mjs --export $(WEB_EXPORTS) --host $(WEB_HOST) --port $(WEB_PORT)
 
 # The library's unit and golden-vector tests (Node), then the page in headless Chromium on
 # small real exports, against Python LiteRT and `keras-attn predict` (golden texts, then 300
 # SST-2 dev and CoNLL-2003 test sentences: fp32 the same answer on each, int8 files the parity
-# rules of apps/web_demo/e2e/parity_rules.json, a copy with one weight nudged failing them:
-# docs/web.md).
+# rules of apps/web_demo/e2e/parity_rules.json, a copy with one weight nudged failing them;
+# the Translate tab on the toy translation export: fp32 Python's ids, int8 the translation
+# rules; the Generate tab on the toy language model export: fp32 Python's greedy ids, int8 the
+# generation rules: docs/web.md).
 test-web: $(INSTALLED) web-build
 	@mkdir -p $(WEB_TEST_DIR)
 	$(BIN)/python $(WEB)/tools/make_test_exports.py $(WEB_TEST_DIR) > $(WEB_TEST_DIR).log 2>&1 || { tail -n 30 $(WEB_TEST_DIR).log; exit 1; }

@@ -64,6 +64,16 @@ def measure(translators, sources, chunk):
     return results
 
 
+def latency(export, texts, beams, threads, chunk):
+    """`(translators, source ids, measure's results)` of every route of `export` on
+    `texts`, after a warm-up (the tf.function trace, first runs)."""
+    translators = routes(export, beams, threads)
+    sources = next(iter(translators.values())).source_ids(texts)
+    for translator in translators.values():
+        translator.translate_ids(sources[:2], batch_size=1)
+    return translators, sources, measure(translators, sources, chunk)
+
+
 def table(results, reference="translation_fp32.tflite"):
     baseline = statistics.median(results[BASELINE]["seconds"])
     lines = ["| route | p50 ms / sentence | mean | ms / token | x ONNX fp32 (p50) | "
@@ -89,13 +99,10 @@ def main(argv=None):
     parser.add_argument("--chunk", type=int, default=10)
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args(argv)
-    translators = routes(args.export, args.beams, args.threads)
-    first = next(iter(translators.values()))
     texts = [line for _, line in read_lines(args.sources)][:args.sentences]
-    sources = first.source_ids(texts)
-    for translator in translators.values():  # warm-up: the tf.function trace, first runs
-        translator.translate_ids(sources[:2], batch_size=1)
-    results = measure(translators, sources, args.chunk)
+    translators, sources, results = latency(args.export, texts, args.beams, args.threads,
+                                            args.chunk)
+    first = next(iter(translators.values()))
     report = (f"{len(sources)} sentences of {args.sources}, {first.num_beams} beams, "
               f"{args.threads} thread(s), one sentence at a time, {cpu_description()}\n\n"
               + table(results) + "\n")

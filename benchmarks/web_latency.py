@@ -262,10 +262,11 @@ def plan(tasks, configs, options):
     return jobs, pages
 
 
-def drive(node, chromium, origin, pages, timeout_s):
-    """Runs drive.mjs on the pages; `(list of page results, Chromium version)`."""
+def drive(node, chromium, origin, pages, timeout_s, page="bench.html"):
+    """Runs drive.mjs on the pages (`page` of dist-bench/, each with its job); `(list of
+    page results, Chromium version)`."""
     document = {"chromium": chromium, "origin": origin,
-                "pages": [{"url": f"{origin}/bench.html?job=/jobs/{name}",
+                "pages": [{"url": f"{origin}/{page}?job=/jobs/{name}",
                            "timeoutMs": int(timeout_s * 1000)} for _, name in pages]}
     done = subprocess.run([node, str(DRIVER)], input=json.dumps(document), text=True,
                           stdout=subprocess.PIPE, cwd=WEB)
@@ -550,14 +551,19 @@ def main(argv=None):
         "console_errors": sorted({e for p in results for e in p["consoleErrors"]
                                   if not e.startswith(("INFO:", "WARNING:"))}),
     }
-    text = markdown(report)
+    write_report(markdown(report), report, args.out)
+    return report
+
+
+def write_report(text, report, out=None):
+    """Prints the Markdown `text`; with `out`, writes it there and `report` beside it as
+    JSON (`out` with a `.json` suffix)."""
     print(text, end="")
-    if args.out:
-        out = pathlib.Path(args.out)
+    if out:
+        out = pathlib.Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         out.with_suffix(".json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    return report
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-// The browser benchmark's page (bench/bench.html, benchmarks/web_latency.py drives it), built
-// to dist-bench/. The runtimes' wasm files are not copied: web_latency.py's server serves them
+// The browser benchmark's pages (bench/bench.html, benchmarks/web_latency.py drives it;
+// bench/translation.html, benchmarks/web_translation_latency.py drives it), built to
+// dist-bench/. The runtimes' wasm files are not copied: web_latency.py's server serves them
 // from node_modules (/wasm/litert/, /wasm/ort/, /wasm/mediapipe/) on the page's own origin.
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vite";
@@ -15,6 +16,11 @@ export default defineConfig({
     outDir: "../dist-bench",
     emptyOutDir: true,
     chunkSizeWarningLimit: 4096,
-    rollupOptions: { input: fileURLToPath(new URL("./bench/bench.html", import.meta.url)) },
+    rollupOptions: {
+      input: {
+        bench: fileURLToPath(new URL("./bench/bench.html", import.meta.url)),
+        translation: fileURLToPath(new URL("./bench/translation.html", import.meta.url)),
+      },
+    },
   },
 });

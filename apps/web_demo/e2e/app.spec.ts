@@ -7,6 +7,7 @@ import { expect, test, type Page } from "@playwright/test";
 
 import { answerOf, int8Parity, rowsOf, type Outputs } from "./parity";
 import { nudgeInt8Weight } from "./tfliteWeights";
+import { watch } from "./watch";
 
 interface PythonRecord {
   text: string;
@@ -39,19 +40,6 @@ const RECORD = process.env.WEB_PARITY_RECORD;
 const RECORD_TEXTS = 40;
 /** How far the nudged copy moves one weight of the head (int8 steps, tfliteWeights.ts). */
 const NUDGE = 16;
-
-/** Console errors, uncaught exceptions and requests that leave the page's origin. */
-function watch(page: Page) {
-  const seen = { errors: [] as string[], outside: [] as string[] };
-  page.on("console", (m) => { if (m.type() === "error") seen.errors.push(m.text()); });
-  page.on("pageerror", (e) => seen.errors.push(`uncaught: ${e.message}`));
-  const origin = new URL(test.info().project.use.baseURL!).origin;
-  page.on("request", (r) => {
-    const url = new URL(r.url());
-    if (!["data:", "blob:"].includes(url.protocol) && url.origin !== origin) seen.outside.push(r.url());
-  });
-  return seen;
-}
 
 /** The library module of dist/, in the page: each text's logits and result. */
 async function runInPage(page: Page, url: string, texts: string[]): Promise<Outputs[]> {

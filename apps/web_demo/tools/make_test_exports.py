@@ -9,14 +9,25 @@ learning rate a tiny model learns with, and exports them with `export_run` at th
 settings: every file the page loads is what `keras-attn export` writes for a real run
 (self-describing `.tflite` with length buckets, both `.onnx` files), only smaller. Then writes
 `OUT_DIR/reference.json` (`python_reference.py`: Python LiteRT's logits and `keras-attn
-predict`'s result for each golden text of each export and file). Re-running reuses finished
-runs and exports. About 4 minutes on two cores.
+predict`'s result for each golden text of each export and file; and, under `translation`,
+the toy translation export's, below). Re-running reuses finished runs and exports. About 4
+minutes on two cores.
 
 Also a toy translation export, `OUT_DIR/translation/export` (`keras-attn export` of the
 recipe of tests/test_seq2seq_task.py's `toy_run`: 320 English->German word-for-word pairs,
 8 epochs of a 1-layer `transformer_tiny` of width 32), with its dev sources in
 `OUT_DIR/translation/dev.en`, for the web library's translation test
-(test/translation.test.ts).
+(test/translation.test.ts), and Python LiteRT's translations of the dev sources and a few
+sources off the toy's distribution (`translation_reference.py decode`: source ids, greedy and
+beam search ids, texts; fp32 and int8 files) under `translation` in `reference.json`, for
+the Translate tab's browser test (e2e/translate.spec.ts).
+
+And a toy language model export, `OUT_DIR/generation/export` (`keras-attn export` of
+tests/test_generation_exporter.py's `toy_run`: a 2-layer character GPT of width 32 and 32
+positions trained on rotations of one line), with Python LiteRT's greedy generations of a
+few prompts (`generation_reference.py`: prompt ids, greedy ids, text, streamed pieces; fp32
+and int8 files) under `generation` in `reference.json`, for the web library's generation test
+(test/generation.test.ts) and the Generate tab's browser test (e2e/generate.spec.ts).
 """
 
 import json
@@ -34,9 +45,12 @@ from keras_attn.training.trainer import Trainer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[3]))  # the repository: tests/
+from generation_reference import generation_reference  # noqa: E402
 from python_reference import DEFAULT_FILES  # noqa: E402
 from python_reference import reference  # noqa: E402
+from translation_reference import decode_reference  # noqa: E402
 
+from tests.test_generation_exporter import toy_run  # noqa: E402
 from tests.test_seq2seq_task import make_config  # noqa: E402
 from tests.test_seq2seq_task import toy_pairs  # noqa: E402
 from tests.test_seq2seq_task import write_parallel  # noqa: E402
@@ -45,6 +59,12 @@ EPOCHS = 12
 LEARNING_RATE = 3e-3
 GOLDEN_DATA_SENTENCES = 24
 MODEL = {"preset": "bert_tiny", "overrides": {"num_layers": 2}}
+# Sources off the toy's distribution where beam search and greedy decoding part (from
+# test/translation.test.ts's HARD: the first runs all 16 steps without EOS), so the browser
+# test's beam search check reaches beyond greedy decoding.
+TRANSLATION_EXTRA_TEXTS = ("five - vier one three six two eins one ! ?", "! funf eins funf",
+                           "eins ! five two zwei zwei drei", "four")
+TRANSLATION_FILES = ("translation_fp32.tflite", "translation_int8.tflite")
 OPTIONS = ExportOptions(latency_runs=1, latency_threads=(1,), text_tflite=False,
                         golden_examples=GOLDEN_DATA_SENTENCES, max_eval_examples=16,
                         quantization=QuantizationRecipe(calibration_examples=16))
@@ -82,6 +102,28 @@ def translation_export(out):
     return export_dir
 
 
+def translation_reference(export_dir):
+    """Python LiteRT's translations (`decode_reference`) of the dev sources and
+    `TRANSLATION_EXTRA_TEXTS` on `TRANSLATION_FILES` of the toy export."""
+    dev = (export_dir.parent / "dev.en").read_text("utf-8").splitlines()
+    texts = [line for line in dev if line] + list(TRANSLATION_EXTRA_TEXTS)
+    return decode_reference(export_dir, texts, TRANSLATION_FILES)
+
+
+def generation_export(out):
+    """The export directory of the toy language model run (tests/test_generation_exporter.py's
+    `toy_run`), trained and exported unless done."""
+    folder = out / "generation"
+    folder.mkdir(parents=True, exist_ok=True)
+    run_dir, export_dir = folder / "run", folder / "export"
+    if not (run_dir / "metrics.json").is_file():
+        toy_run(folder)
+    if not (export_dir / "export_report.json").is_file():
+        if cli.main(["export", str(run_dir), "--output-dir", str(export_dir)]) != 0:
+            sys.exit(f"error: keras-attn export {run_dir} failed")
+    return export_dir
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -89,8 +131,9 @@ def main(argv=None):
     out = pathlib.Path(argv[0])
     exports = [train_and_export(name, out) for name in demo.DEMO_TASKS]
     document = reference(exports, DEFAULT_FILES)
+    document["translation"] = translation_reference(translation_export(out))
+    document["generation"] = generation_reference(generation_export(out))
     (out / "reference.json").write_text(json.dumps(document, ensure_ascii=False))
-    translation_export(out)
     print(f"exports and reference.json in {out}")
 
 

@@ -4,10 +4,13 @@
 //   node tools/serve.mjs [--export DIR[,DIR...]] [--port 8080] [--host 0.0.0.0] [--dist dist]
 //
 // - `/` is dist/ (run `npm run build` first);
-// - `/models/index.json` lists each export's files: `{"exports": [{"name", "files": [{"name",
-//   "url", "bytes", "precision"}]}]}`: the `tflite` and `onnx` artifacts of its model_card.json
-//   (in the export's order) and the MediaPipe files its export_report.json lists; for an export
-//   made before the card listed its artifacts, the .tflite and .onnx files found;
+// - `/models/index.json` lists each export's files: `{"exports": [{"name", "task",
+//   "default_file", "files": [{"name", "url", "bytes", "precision"}]}]}`: the `tflite` and
+//   `onnx` artifacts of its model_card.json (in the export's order; a translation card lists
+//   bare file names, as a language model card does) and the MediaPipe files its
+//   export_report.json lists; for an export made before the card listed its artifacts, the
+//   .tflite and .onnx files found. `task` and `default_file` are the card's (`"seq2seq"` for a
+//   translation export, `"causal_lm"` for a language model's; null when absent);
 // - `/models/<i>/<file>` is a file of the i-th export directory.
 // Every response carries Cross-Origin-Opener-Policy / Cross-Origin-Embedder-Policy, so the
 // page is cross-origin isolated and LiteRT.js may use its threaded build. Nothing else is read:
@@ -67,6 +70,21 @@ function readJson(path) {
   }
 }
 
+/** The precision a file's name says: `translation_dynamic_int8.tflite` -> `dynamic_int8`. */
+export function namedPrecision(name) {
+  return /dynamic_int8/.test(name) ? "dynamic_int8" : /int8/.test(name) ? "int8" : /fp16/.test(name) ? "fp16" : "fp32";
+}
+
+/**
+ * A card's artifact entry as `{file, kind, precision}`: a classifier's or tagger's card lists
+ * objects, a translation or language model card (`keras-attn export` of a seq2seq or
+ * causal_lm run) bare file names.
+ */
+function artifactEntry(artifact) {
+  if (typeof artifact !== "string") return artifact;
+  return { file: artifact, kind: extname(artifact).slice(1), precision: namedPrecision(artifact) };
+}
+
 /** The model files of an export: `[{name, precision}]` from its card, else those found. */
 export function modelFiles(directory) {
   const card = readJson(join(directory, "model_card.json"));
@@ -77,6 +95,7 @@ export function modelFiles(directory) {
       .map((name) => ({ name, precision: null }));
   }
   const listed = card.artifacts
+    .map(artifactEntry)
     .filter((a) => (a.kind === "tflite" || a.kind === "onnx") && !SKIPPED.has(a.file))
     .map((a) => ({ name: a.file, precision: a.precision }));
   const report = readJson(join(directory, "export_report.json"));
@@ -85,11 +104,18 @@ export function modelFiles(directory) {
   return [...listed, ...mediapipe].filter((f) => existsSync(join(directory, f.name)));
 }
 
+/** What the page needs of a card before loading a file: which tab, which file first. */
+function cardTask(directory) {
+  const card = readJson(join(directory, "model_card.json"));
+  return { task: card?.task ?? null, default_file: card?.default_file ?? null };
+}
+
 /** `/models/index.json` of the export directories. */
 export function modelIndex(directories) {
   return {
     exports: directories.map((directory, i) => ({
       name: exportName(directory),
+      ...cardTask(directory),
       files: modelFiles(directory).map(({ name, precision }) => ({
         name, url: `models/${i}/${name}`, bytes: statSync(join(directory, name)).size, precision,
       })),

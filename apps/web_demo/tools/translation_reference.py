@@ -9,7 +9,9 @@ Usage:
 LiteRT (`TranslationFile`, batch 1, the file's card settings): the source ids
 (`Translator.source_ids`), the greedy ids (`greedy_decode`) and the beam search ids
 (`beam_search` with the card's `num_beams` and `length_penalty`), `target_max_length` each,
-and the text `runtime_translator(file).translate` gives.
+the text of the greedy ids (`Translator.text`) and the text `runtime_translator(file).translate`
+gives (beam search). `make_test_exports.py` puts this document for the toy export's dev
+sources into its `reference.json` (key `translation`), which the browser test reads.
 
 `pieces`: `JoinedWordPieces` over all-MiniLM-L6-v2's vocabulary plus `[JOIN]` (uncased, the
 vocabulary of a real BERT model, which covers the texts): the vocabulary, and for each text
@@ -50,6 +52,7 @@ def decode_reference(export_dir, texts, files):
             records.append({"text": text, "source_ids": source.tolist(),
                             "greedy": np.asarray(greedy)[0].tolist(),
                             "beam": np.asarray(beam)[0].tolist(),
+                            "greedy_translation": translator.text(np.asarray(greedy)[0]),
                             "translation": translator.translate([text])[0]})
         document["files"][name] = {"card": card, "records": records}
     return document

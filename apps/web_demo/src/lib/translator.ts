@@ -32,9 +32,11 @@ export interface TranslateOptions {
   lengthPenalty?: number;
   /**
    * Called after each decoding step with the text so far: greedy decoding's tokens, or the
-   * best live beam's (the final translation may be another beam's).
+   * best live beam's (the final translation may be another beam's). A returned promise is
+   * awaited before the next step (a page resolves it on a new task, so the browser can paint
+   * each token: LiteRT.js' wasm calls never yield); the wait is not counted in `timing`.
    */
-  onToken?: (partial: { text: string; tokens: Int32Array; step: number }) => void;
+  onToken?: (partial: { text: string; tokens: Int32Array; step: number }) => unknown;
 }
 
 /** A translation and how it was made. */
@@ -147,7 +149,15 @@ export class TranslationModel {
     }, "cross_attention_cache");
     const t1 = performance.now();
     const crossShape = this.crossShapes.get(length)!;
+    let pending: unknown; // what the last onToken returned: awaited (a promise) before the next step
+    let waitedMs = 0;
     const step: core.DecodeStep<RowCache> = async (tokens, index, caches) => {
+      if (pending instanceof Promise) {
+        const t = performance.now();
+        await pending;
+        pending = undefined;
+        waitedMs += performance.now() - t;
+      }
       const logits: Float32Array[] = [];
       const next: RowCache[] = [];
       for (let row = 0; row < tokens.length; row++) {
@@ -163,8 +173,9 @@ export class TranslationModel {
       }
       return { logits, caches: next };
     };
-    const onStep = options.onToken && ((p: core.DecodeProgress) => options.onToken!({
-      text: translationText(this.assets.pieces, card, p.tokens), tokens: p.tokens, step: p.step }));
+    const onStep = options.onToken && ((p: core.DecodeProgress) => {
+      pending = options.onToken!({ text: translationText(this.assets.pieces, card, p.tokens), tokens: p.tokens, step: p.step });
+    });
     const settings = { bosTokenId: card.bosTokenId, eosTokenId: card.eosTokenId, padTokenId: card.padTokenId,
       maxNewTokens, onStep };
     const empty = new Float32Array(this.cacheShape.reduce((a, b) => a * b, 1));
@@ -172,6 +183,13 @@ export class TranslationModel {
       ? await core.greedyDecode(step, empty, settings)
       : await core.beamSearch(step, empty, { ...settings, numBeams: beams,
         lengthPenalty: options.lengthPenalty ?? card.lengthPenalty });
+    if (pending instanceof Promise) {
+      // The last step's: awaited too, so a rejection (a page stopping an outdated
+      // translation) reaches the caller instead of going unhandled.
+      const t = performance.now();
+      await pending;
+      waitedMs += performance.now() - t;
+    }
     const all = Array.from(decoded.tokens);
     const end = all.indexOf(card.eosTokenId);
     return {
@@ -181,7 +199,7 @@ export class TranslationModel {
       sourceLength: length,
       score: decoded.score,
       modelCalls: decoded.modelCalls,
-      timing: { encodeMs: t1 - t0, decodeMs: performance.now() - t1 },
+      timing: { encodeMs: t1 - t0, decodeMs: performance.now() - t1 - waitedMs },
     };
   }
 

@@ -77,3 +77,29 @@ export {
   sourceIds,
   translationText,
 } from "./translationFile";
+export { CHARACTERS_FILE, type CodecKind, TextCodec, TextStream, UNFINISHED, WORDPIECE_FILE } from "./textCodec";
+export {
+  type GeneratedTokens,
+  type GenerateTokensOptions,
+  type SamplingOptions,
+  type TokenStep,
+  checkSampling,
+  generateTokens,
+  processLogits,
+  randomSeed,
+  sampleFromLogits,
+  scaleByTemperature,
+  seededUniforms,
+  softmax32,
+  topKFilter,
+  topPFilter,
+} from "./sampling";
+export {
+  GENERATION_TASK,
+  type GenerationAssets,
+  type GenerationCard,
+  GenerationError,
+  newTokenBudget,
+  parseGenerationCard,
+  readGenerationAssets,
+} from "./generationFile";
