@@ -62,6 +62,10 @@ async function generateInPage(page: Page, prompt: string): Promise<Shown> {
     const w = window as unknown as { states: { tokens: string; text: string }[]; observer?: MutationObserver };
     w.observer?.disconnect();
     w.states = [];
+    // Loading the file ran the tab's default prompt: on a slow machine that generation may
+    // still be decoding. Its line leaves the page (it stops at its next token, once Run starts
+    // a newer one), so only this prompt's line is recorded.
+    document.getElementById("result")!.replaceChildren();
     w.observer = new MutationObserver(() => {
       const line = document.getElementById("generation");
       if (!line || line.dataset.state !== "decoding" || line.dataset.tokens === undefined) return;
