@@ -75,15 +75,14 @@ export async function loadTranslator(source: ModelSource, options: LoadModelOpti
     (compiled) => new TranslationModel(name, assets, compiled));
 }
 
-/** The per-row decoding cache: the self-attention cache of one beam. */
-type RowCache = Float32Array;
+/** The per-row decoding cache: the self-attention cache of one beam, a LiteRT.js tensor. */
+type RowCache = Tensor;
 
 /** A loaded translation file: `card`, `translate(text)`; `delete()` frees its memory. */
 export class TranslationModel {
   /** Decoder positions of the cache (BOS + generated tokens). */
   readonly cachePositions: number;
   private readonly cacheShape: number[];
-  private readonly crossShapes = new Map<number, number[]>();
 
   constructor(
     readonly name: string,
@@ -104,7 +103,6 @@ export class TranslationModel {
             "self_attention_cache / cross_attention_cache input: not a keras-attn translation file");
       }
       cacheShape ??= Array.from(self.shape);
-      this.crossShapes.set(length, Array.from(cross.shape));
     }
     this.cacheShape = cacheShape!;
     this.cachePositions = this.cacheShape[3]!;
@@ -139,68 +137,105 @@ export class TranslationModel {
           `Received: maxLength=${maxNewTokens}`);
     }
     const length = sourceBucket(card, ids.length);
-    const t0 = performance.now();
-    const tokenIds = new Int32Array(length).fill(card.padTokenId);
-    tokenIds.set(ids);
-    const mask = new Int32Array(length).fill(1, 0, ids.length);
-    const cross = await this.run(card.encodeSignature, length, {
-      encoder_token_ids: [tokenIds, [1, length]],
-      encoder_padding_mask: [mask, [1, length]],
-    }, "cross_attention_cache");
-    const t1 = performance.now();
-    const crossShape = this.crossShapes.get(length)!;
-    let pending: unknown; // what the last onToken returned: awaited (a promise) before the next step
-    let waitedMs = 0;
-    const step: core.DecodeStep<RowCache> = async (tokens, index, caches) => {
+    const signature = this.signature(card.decodeStepSignature, length);
+    // The sentence's tensors stay in LiteRT.js between calls (no copy JS <-> wasm of the
+    // caches): the mask and the cross-attention cache, made once and read by every step and
+    // row, and the rows' self-attention caches, each the tensor its parent's step returned
+    // (beam search hands one parent to several beams: they only read it). `rowCaches` holds
+    // every row cache made and not yet freed; a step frees those the search no longer passes
+    // (the caches a step receives are all it holds), the end (or an error) frees the rest.
+    const shared: Tensor[] = [];
+    const rowCaches = new Set<Tensor>();
+    try {
+      const t0 = performance.now();
+      const tokenIds = new Int32Array(length).fill(card.padTokenId);
+      tokenIds.set(ids);
+      const maskIds = new Int32Array(length).fill(1, 0, ids.length);
+      const mask = new Tensor(maskIds, [1, length]);
+      shared.push(mask);
+      const cross = await this.encode(length, tokenIds, mask);
+      shared.push(cross);
+      const t1 = performance.now();
+      let pending: unknown; // what the last onToken returned: awaited (a promise) before the next step
+      let waitedMs = 0;
+      const step: core.DecodeStep<RowCache> = async (tokens, index, caches) => {
+        if (pending instanceof Promise) {
+          const t = performance.now();
+          await pending;
+          pending = undefined;
+          waitedMs += performance.now() - t;
+        }
+        const live = new Set(caches);
+        for (const cache of rowCaches) {
+          if (!live.has(cache)) {
+            rowCaches.delete(cache);
+            cache.delete();
+          }
+        }
+        const logits: Float32Array[] = [];
+        const next: RowCache[] = [];
+        const position = new Tensor(Int32Array.of(index), [1]);
+        try {
+          for (let row = 0; row < tokens.length; row++) {
+            const token = new Tensor(Int32Array.of(tokens[row]!), [1, 1]);
+            let outputs: Record<string, Tensor>;
+            try {
+              outputs = await this.compiled.run(signature, {
+                decoder_token_ids: token,
+                cache_update_index: position,
+                self_attention_cache: caches[row]!,
+                cross_attention_cache: cross,
+                encoder_padding_mask: mask,
+              });
+            } finally {
+              token.delete();
+            }
+            const cache = outputs["self_attention_cache"]!;
+            rowCaches.add(cache);
+            try {
+              logits.push(Float32Array.from(outputs["logits"]!.toTypedArray() as Float32Array));
+            } finally {
+              for (const [key, tensor] of Object.entries(outputs)) if (key !== "self_attention_cache") tensor.delete();
+            }
+            next.push(cache);
+          }
+        } finally {
+          position.delete();
+        }
+        return { logits, caches: next };
+      };
+      const onStep = options.onToken && ((p: core.DecodeProgress) => {
+        pending = options.onToken!({ text: translationText(this.assets.pieces, card, p.tokens), tokens: p.tokens, step: p.step });
+      });
+      const settings = { bosTokenId: card.bosTokenId, eosTokenId: card.eosTokenId, padTokenId: card.padTokenId,
+        maxNewTokens, onStep };
+      const empty = new Tensor(new Float32Array(this.cacheShape.reduce((a, b) => a * b, 1)), this.cacheShape);
+      rowCaches.add(empty);
+      const decoded = beams === 1
+        ? await core.greedyDecode(step, empty, settings)
+        : await core.beamSearch(step, empty, { ...settings, numBeams: beams,
+          lengthPenalty: options.lengthPenalty ?? card.lengthPenalty });
       if (pending instanceof Promise) {
+        // The last step's: awaited too, so a rejection (a page stopping an outdated
+        // translation) reaches the caller instead of going unhandled.
         const t = performance.now();
         await pending;
-        pending = undefined;
         waitedMs += performance.now() - t;
       }
-      const logits: Float32Array[] = [];
-      const next: RowCache[] = [];
-      for (let row = 0; row < tokens.length; row++) {
-        const out = await this.runAll(card.decodeStepSignature, length, {
-          decoder_token_ids: [Int32Array.of(tokens[row]!), [1, 1]],
-          cache_update_index: [Int32Array.of(index), [1]],
-          self_attention_cache: [caches[row]!, this.cacheShape],
-          cross_attention_cache: [cross, crossShape],
-          encoder_padding_mask: [mask, [1, length]],
-        });
-        logits.push(out["logits"]!);
-        next.push(out["self_attention_cache"]!);
-      }
-      return { logits, caches: next };
-    };
-    const onStep = options.onToken && ((p: core.DecodeProgress) => {
-      pending = options.onToken!({ text: translationText(this.assets.pieces, card, p.tokens), tokens: p.tokens, step: p.step });
-    });
-    const settings = { bosTokenId: card.bosTokenId, eosTokenId: card.eosTokenId, padTokenId: card.padTokenId,
-      maxNewTokens, onStep };
-    const empty = new Float32Array(this.cacheShape.reduce((a, b) => a * b, 1));
-    const decoded = beams === 1
-      ? await core.greedyDecode(step, empty, settings)
-      : await core.beamSearch(step, empty, { ...settings, numBeams: beams,
-        lengthPenalty: options.lengthPenalty ?? card.lengthPenalty });
-    if (pending instanceof Promise) {
-      // The last step's: awaited too, so a rejection (a page stopping an outdated
-      // translation) reaches the caller instead of going unhandled.
-      const t = performance.now();
-      await pending;
-      waitedMs += performance.now() - t;
+      const all = Array.from(decoded.tokens);
+      const end = all.indexOf(card.eosTokenId);
+      return {
+        text: translationText(this.assets.pieces, card, decoded.tokens),
+        tokens: Int32Array.from(end >= 0 ? all.slice(0, end) : all),
+        sourceIds: ids,
+        sourceLength: length,
+        score: decoded.score,
+        modelCalls: decoded.modelCalls,
+        timing: { encodeMs: t1 - t0, decodeMs: performance.now() - t1 - waitedMs },
+      };
+    } finally {
+      for (const tensor of [...shared, ...rowCaches]) if (!tensor.deleted) tensor.delete();
     }
-    const all = Array.from(decoded.tokens);
-    const end = all.indexOf(card.eosTokenId);
-    return {
-      text: translationText(this.assets.pieces, card, decoded.tokens),
-      tokens: Int32Array.from(end >= 0 ? all.slice(0, end) : all),
-      sourceIds: ids,
-      sourceLength: length,
-      score: decoded.score,
-      modelCalls: decoded.modelCalls,
-      timing: { encodeMs: t1 - t0, decodeMs: performance.now() - t1 - waitedMs },
-    };
   }
 
   /** Frees the compiled model (the object cannot run afterwards). */
@@ -223,29 +258,17 @@ export class TranslationModel {
     return runner;
   }
 
-  private async run(template: string, length: number, inputs: Inputs, output: string): Promise<Float32Array> {
-    return (await this.runAll(template, length, inputs))[output]!;
-  }
-
-  /** Runs one signature on typed arrays; every output as a float32 copy. */
-  private async runAll(template: string, length: number, inputs: Inputs): Promise<Record<string, Float32Array>> {
-    const tensors: Record<string, Tensor> = {};
-    for (const [key, [data, shape]] of Object.entries(inputs)) tensors[key] = new Tensor(data, shape);
+  /** The cross-attention cache of a source (a tensor the caller frees). */
+  private async encode(length: number, tokenIds: Int32Array, mask: Tensor): Promise<Tensor> {
+    const ids = new Tensor(tokenIds, [1, length]);
+    let outputs: Record<string, Tensor>;
     try {
-      const outputs = await this.compiled.run(this.signature(template, length), tensors);
-      try {
-        const result: Record<string, Float32Array> = {};
-        for (const [key, tensor] of Object.entries(outputs)) {
-          result[key] = Float32Array.from(tensor.toTypedArray() as Float32Array);
-        }
-        return result;
-      } finally {
-        for (const tensor of Object.values(outputs)) tensor.delete();
-      }
+      outputs = await this.compiled.run(this.signature(this.card.encodeSignature, length),
+        { encoder_token_ids: ids, encoder_padding_mask: mask });
     } finally {
-      for (const tensor of Object.values(tensors)) tensor.delete();
+      ids.delete();
     }
+    for (const [key, tensor] of Object.entries(outputs)) if (key !== "cross_attention_cache") tensor.delete();
+    return outputs["cross_attention_cache"]!;
   }
 }
-
-type Inputs = Record<string, [Int32Array | Float32Array, number[]]>;
