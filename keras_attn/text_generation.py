@@ -79,9 +79,7 @@ class TextCodec:
         if kind == "wordpiece":
             words = files[WORDPIECE_FILE].decode("utf-8").splitlines()
             return cls(WordPieceTokenizer(words, lowercase=lowercase))
-        saved = json.loads(files[CHARACTERS_FILE].decode("utf-8"))
-        return cls(CharacterTokenizer(saved["kind"], saved["symbols"][2:]
-                                      if saved["kind"] == "characters" else None))
+        return cls(CharacterTokenizer.from_json(files[CHARACTERS_FILE].decode("utf-8")))
 
     @property
     def vocabulary_file(self):
@@ -92,8 +90,7 @@ class TextCodec:
         """The vocabulary file's content (what `from_files` reads)."""
         if self.kind == "wordpiece":
             return ("\n".join(self.tokenizer.get_vocabulary()) + "\n").encode("utf-8")
-        return json.dumps({"kind": self.kind, "symbols": self.tokenizer.get_vocabulary()},
-                          ensure_ascii=False).encode("utf-8")
+        return self.tokenizer.to_json().encode("utf-8")
 
     def encode(self, text):
         """int32 ids of `text`."""

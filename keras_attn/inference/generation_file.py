@@ -81,28 +81,27 @@ class GenerationFile:
     def sequence_logits(self, ids):
         """The `(T, V)` next-token logits after each of the ids `(T,)` (T <= `max_length`),
         the file called once per token (what the model's full pass gives at once)."""
-        cache = np.zeros((1, *self._cache_shape), "float32")
-        logits = []
-        for index, token in enumerate(ids):
-            out = self._step(token_ids=np.array([[token]], "int32"),
-                             cache_update_index=np.array([index], "int32"), cache=cache)
-            cache = out["cache"]
-            logits.append(out["logits"][0])
-        return np.stack(logits).astype("float64")
+        logits, _ = self._row_steps(np.asarray(ids), 0, np.zeros((1, *self._cache_shape),
+                                                                 "float32"))
+        return logits.astype("float64")
 
     def _steps(self, tokens, index, cache):
-        rows_logits, rows_cache = [], []
-        for row in range(len(tokens)):
-            row_cache = cache[row:row + 1]
-            for t in range(tokens.shape[1]):
-                out = self._step(token_ids=tokens[row:row + 1, t:t + 1].astype("int32"),
-                                 cache_update_index=np.array([int(index) + t], "int32"),
-                                 cache=row_cache)
-                row_cache = out["cache"]
-            rows_logits.append(out["logits"])
-            rows_cache.append(row_cache)
-        return (np.concatenate(rows_logits).astype("float32"),
-                np.concatenate(rows_cache).astype("float32"))
+        """`(logits (B, V), cache)` after each row's `tokens`, one row at a time."""
+        rows = [self._row_steps(tokens[row], int(index), cache[row:row + 1])
+                for row in range(len(tokens))]
+        return (np.stack([logits[-1] for logits, _ in rows]).astype("float32"),
+                np.concatenate([row_cache for _, row_cache in rows]).astype("float32"))
+
+    def _row_steps(self, tokens, index, cache):
+        """The `(t, V)` logits after each of one row's `tokens` `(t,)` from position
+        `index`, and the row's cache `(1, ...)` after the last."""
+        logits = []
+        for t, token in enumerate(tokens):
+            out = self._step(token_ids=np.array([[token]], "int32"),
+                             cache_update_index=np.array([index + t], "int32"), cache=cache)
+            cache = out["cache"]
+            logits.append(out["logits"][0])
+        return np.stack(logits), cache
 
 
 def file_generator(path, num_threads=None):

@@ -103,11 +103,26 @@ class CharacterTokenizer:
             return bytes(i - 1 for i in ids).decode("utf-8", errors="replace")
         return "".join("\ufffd" if i == 1 else self._symbols[i] for i in ids)
 
+    def to_json(self):
+        """The vocabulary as `characters.json`'s text (`{"kind", "symbols"}`)."""
+        return json.dumps({"kind": self.kind, "symbols": self._symbols}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text, source="characters.json"):
+        """The tokenizer of `to_json`'s text (`source` names it in the error)."""
+        try:
+            saved = json.loads(text)
+            kind, symbols = saved["kind"], saved["symbols"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{source}: not a character vocabulary written by "
+                             f"CharacterTokenizer.save ({error}); delete it to learn the "
+                             "vocabulary again") from None
+        return cls(kind, symbols[2:] if kind == "characters" else None)
+
     def save(self, directory):
-        """Writes `characters.json` (`{"kind", "symbols"}`) into `directory`."""
+        """Writes `characters.json` (`to_json`) into `directory`."""
         path = pathlib.Path(directory) / VOCABULARY_FILE
-        atomic_files.write_text(path, json.dumps({"kind": self.kind, "symbols": self._symbols},
-                                                 ensure_ascii=False))
+        atomic_files.write_text(path, self.to_json())
         return path
 
     @classmethod
@@ -117,10 +132,9 @@ class CharacterTokenizer:
         if path.is_dir():
             path = path / VOCABULARY_FILE
         try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-            kind, symbols = saved["kind"], saved["symbols"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, ValueError) as error:
             raise ValueError(f"{path}: not a character vocabulary written by "
                              f"CharacterTokenizer.save ({error}); delete it to learn the "
                              "vocabulary again") from None
-        return cls(kind, symbols[2:] if kind == "characters" else None)
+        return cls.from_json(text, path)
