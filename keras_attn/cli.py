@@ -381,8 +381,9 @@ def _add_export_command(commands):
                         help="fixed input length of the mobile artifacts (default: the "
                              "run's data.max_length)")
     export.add_argument("--qat-run", metavar="QAT_RUN",
-                        help="convert this QAT run (from `keras-attn quantize`) instead of "
-                             "quantizing RUN_DIR into OUTPUT/qat")
+                        help="convert this QAT run (from `keras-attn quantize`, or a "
+                             "quantization-aware `keras-attn train` run continuing RUN_DIR) "
+                             "instead of quantizing RUN_DIR into OUTPUT/qat")
     QuantizationRecipe.add_arguments(export)
     export.add_argument("--eval-split", choices=EVAL_SPLITS, default=defaults.eval_split,
                         help="data the artifacts are scored on (auto: test for NER, dev for "

@@ -81,12 +81,15 @@ def _export(args, say):
     say(f"keras-attn export {args.run_dir} -> {output_dir} (language model)")
     report = guarded_export(args.run_dir, output_dir, args.overwrite, lambda: (
         export_generation_run(args.run_dir, output_dir, args.eval_split,
-                              args.max_eval_examples, log=say)), log=say)
-    keras = report["artifacts"][0]
+                              args.max_eval_examples, args.qat_run, log=say)), log=say,
+        reads=[args.qat_run] if args.qat_run else [])
+    keras = {row["artifact"]: row["perplexity"] for row in report["artifacts"]
+             if "file" not in row}
     say()
     say(f"== artifacts (perplexity on {report['blocks']} {report['eval_split']} blocks; "
-        f"Keras model {keras['perplexity']:.4f})")
-    for row in report["artifacts"][1:]:
+        f"Keras model {keras['keras']:.4f}"
+        + (f", its QAT model {keras['keras_qat']:.4f})" if "keras_qat" in keras else ")"))
+    for row in (row for row in report["artifacts"] if "file" in row):
         say(f"  {row['file']:<34} perplexity {row['perplexity']:.4f}  greedy "
             f"{100 * row['same_as_keras_greedy']:.0f} % as Keras  "
             f"{row['size_bytes'] / 1e6:6.2f} MB  {row['ms_per_token']:.2f} ms/token")

@@ -23,6 +23,7 @@ from keras import ops
 from keras_attn import generation
 from keras_attn.errors import KerasAttnError
 from keras_attn.layers.validation import check_int
+from keras_attn.models.gpt_causal_lm import GPTCausalLM
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.character_tokenizer import VOCABULARY_FILE as CHARACTERS_FILE
 from keras_attn.text.character_tokenizer import CharacterTokenizer
@@ -141,6 +142,11 @@ class TextGenerator:
         files = {name: run.file(name, "the model's vocabulary").read_bytes()}
         codec = TextCodec.from_files(files, settings.kind, settings.lowercase)
         model = run.load_model()
+        if not isinstance(model, GPTCausalLM):
+            raise GenerationError(
+                f"{run.path} holds a {type(model).__name__}, not a GPTCausalLM (a "
+                "quantization-aware run's copy decodes only as a file): export it with "
+                f"`keras-attn export {run.path}` and give the export directory")
         return cls(model, codec, model.backbone.max_sequence_length)
 
     def generate(self, prompt, max_new_tokens=None, on_text=None, **sampling):

@@ -99,8 +99,13 @@ class Translator:
         tokenizer = WordPieceTokenizer(str(run / "vocab.txt"), lowercase=settings["lowercase"])
         train = config.get("train", {})
         kwargs.setdefault("length_penalty", train.get("eval_length_penalty", 1.0))
-        return cls(keras.saving.load_model(run / "model.keras", compile=False),
-                   JoinedWordPieces(tokenizer), config["data"]["max_length"],
+        model = keras.saving.load_model(run / "model.keras", compile=False)
+        if not isinstance(model, (Seq2SeqTransformer, AttentionRNNSeq2Seq)):
+            raise TranslationError(
+                f"{run}: a quantization-aware run; its model.keras is the QAT copy, one "
+                "teacher-forced graph without a cache or beam search: translate with its "
+                f"export (`keras-attn export {run}`, then `keras-attn predict` on it)")
+        return cls(model, JoinedWordPieces(tokenizer), config["data"]["max_length"],
                    config["data"]["target_max_length"],
                    num_beams or train.get("eval_num_beams", 4), **kwargs)
 

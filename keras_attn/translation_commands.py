@@ -77,13 +77,15 @@ def _export(args, say):
     say(f"keras-attn export {args.run_dir} -> {output_dir} (translation)")
     report = guarded_export(args.run_dir, output_dir, args.overwrite, lambda: (
         export_translation_run(args.run_dir, output_dir, args.eval_split,
-                               args.max_eval_examples, log=say)), log=say)
+                               args.max_eval_examples, args.qat_run, log=say)), log=say,
+        reads=[args.qat_run] if args.qat_run else [])
+    keras = {row["artifact"]: row["bleu"] for row in report["artifacts"] if "file" not in row}
     say()
     say(f"== artifacts ({report['examples']:,} {report['eval_split']} pairs, "
-        f"{report['num_beams']} beams, 1 thread)")
-    for row in report["artifacts"][1:]:
-        say(f"  {row['file']:<34} BLEU {row['bleu']:.2f} (Keras "
-            f"{report['artifacts'][0]['bleu']:.2f})  {row['size_bytes'] / 1e6:6.1f} MB  "
+        f"{report['num_beams']} beams, 1 thread; Keras model BLEU {keras['keras']:.2f}"
+        + (f", its QAT model {keras['keras_qat']:.2f})" if "keras_qat" in keras else ")"))
+    for row in (row for row in report["artifacts"] if "file" in row):
+        say(f"  {row['file']:<34} BLEU {row['bleu']:.2f}  {row['size_bytes'] / 1e6:6.1f} MB  "
             f"{row['ms_per_sentence']:.1f} ms/sentence")
     say(f"  default file: {report['default_file']}; report: "
         f"{pathlib.Path(output_dir) / 'export_report.md'}")

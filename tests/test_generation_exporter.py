@@ -16,6 +16,7 @@ from keras_attn.inference.generation_file import GenerationFile
 from keras_attn.inference.generation_file import file_generator
 from keras_attn.text_generation import GenerationError
 from keras_attn.text_generation import TextGenerator
+from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
 from keras_attn.training.trainer import Trainer
 
@@ -147,3 +148,75 @@ def test_prompts_that_do_not_fit_are_refused_before_any_output(exported, capsys)
     assert f"ask for at most {LENGTH - 2}" in capsys.readouterr().err
     with pytest.raises(GenerationError, match="not a language model file"):
         GenerationFile(export / "model_card.json")
+
+
+def _qat_config(run, output_dir, **model):
+    return TrainingConfig.from_dict({
+        "task": "causal_lm", "output_dir": str(output_dir),
+        "data": {"train": str(run.parent / "train.txt"), "dev": str(run.parent / "dev.txt"),
+                 "max_length": LENGTH},
+        "model": {"checkpoint": str(run), "tokenizer": "characters", "dropout": 0.0,
+                  "quantization_aware": True, **model},
+        "train": {"epochs": 1, "global_batch_size": 16, "learning_rate": 1e-3,
+                  "weight_decay": 0.0, "log_every_steps": 1000,
+                  "checkpoint_every_steps": 100000},
+    }, source="test_generation_exporter")
+
+
+@pytest.fixture(scope="module")
+def qat_exported(exported):
+    """`(QAT run, its export, report)`: `toy_run` continued quantization-aware for an
+    epoch, the QAT run itself exported (its float run is the source)."""
+    run, export, _ = exported
+    qat = run.parent / "qat"
+    Trainer(_qat_config(run, qat)).run()
+    qat_export = run.parent / "qat_export"
+    assert cli.main(["export", str(qat), "--output-dir", str(qat_export)]) == 0
+    report = json.loads((qat_export / "export_report.json").read_text(encoding="utf-8"))
+    return qat, qat_export, report
+
+
+def test_a_quantization_aware_run_exports_its_own_weights_and_ranges(exported, qat_exported):
+    run, _, float_report = exported
+    qat, qat_export, report = qat_exported
+    assert (report["source_run"], report["qat_run"]) == (str(run), str(qat))
+    model = keras.saving.load_model(qat / "model.keras")  # as the trainer saved it
+    codec = file_generator(qat_export / "generation_int8.tflite").codec
+    stream = codec.encode((run.parent / "dev.txt").read_text(encoding="utf-8"))
+    blocks = np.stack([stream[i:i + LENGTH + 1] for i in range(0, len(stream) - LENGTH,
+                                                                 LENGTH)][:report["blocks"]])
+    logits = keras.ops.convert_to_numpy(model({"token_ids": blocks[:, :-1],
+                                               "padding_mask": np.ones_like(blocks[:, :-1])}))
+    log_probs = logits - np.logaddexp.reduce(logits.astype("float64"), -1, keepdims=True)
+    nll = -np.take_along_axis(log_probs, blocks[:, 1:, None], -1).mean()
+    rows = {row["artifact"]: row for row in report["artifacts"]}
+    assert rows["keras_qat"]["perplexity"] == pytest.approx(np.exp(nll), rel=1e-5)
+    assert rows["keras"] == float_report["artifacts"][0]
+    # The saved QAT model learned (its head's table is the trained one): no worse than float.
+    assert rows["keras_qat"]["perplexity"] < 1.1 * rows["keras"]["perplexity"]
+    # The int8 file is the QAT model (its cache rounded once more): a few int8 logit steps.
+    head = model.get_layer("lm_head").output_quantizer
+    logit_step = float(keras.ops.convert_to_numpy(head.max_value - head.min_value)) / 255
+    file_logits = GenerationFile(qat_export / "generation_int8.tflite").sequence_logits(
+        blocks[0, :-1])
+    difference = np.abs(file_logits - logits[0]) / logit_step
+    assert difference.max() <= 6 and difference.mean() <= 1, (
+        difference.max(), difference.mean())
+    assert rows["int8"]["perplexity"] == pytest.approx(rows["keras_qat"]["perplexity"],
+                                                       rel=0.01)
+    assert "Keras QAT model" in (qat_export / "export_report.md").read_text(encoding="utf-8")
+
+
+def test_quantization_aware_language_model_runs_refuse_what_they_cannot_do(
+        exported, qat_exported, tmp_path, capsys):
+    run, _, _ = exported
+    qat, _, _ = qat_exported
+    with pytest.raises(ConfigError, match="is a quantization-aware run: its loaded LM head"):
+        Trainer(_qat_config(qat, tmp_path / "again")).run()
+    with pytest.raises(ConfigError, match="was trained with model.tokenizer: characters"):
+        Trainer(_qat_config(run, tmp_path / "bytes", tokenizer="bytes")).run()
+    assert cli.main(["export", str(run), "--qat-run", str(run),
+                     "--output-dir", str(tmp_path / "export")]) == 2
+    assert "is not a quantization-aware causal_lm run" in capsys.readouterr().err
+    assert cli.main(["predict", str(qat), "to be"]) == 2
+    assert "export it with `keras-attn export" in capsys.readouterr().err

@@ -8,6 +8,9 @@ from keras import ops
 
 from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.gpt_causal_lm import GPTCausalLM
+from keras_attn.models.gpt_causal_lm import copy_head_tables
+from keras_attn.quantization import calibrate_model
+from keras_attn.quantization import quantize_model
 
 TINY = dict(vocabulary_size=24, num_layers=2, num_heads=2, hidden_dim=16,
             intermediate_dim=32, max_sequence_length=16, dropout=0.0)
@@ -183,6 +186,19 @@ def test_keras_save_load_keeps_the_tied_head(tmp_path):
     np.testing.assert_array_equal(
         ops.convert_to_numpy(loaded.generate(ids, 4)), ops.convert_to_numpy(lm.generate(ids, 4))
     )
+
+
+def test_a_config_copy_of_the_quantized_model_gets_the_head_table():
+    """The trainer saves a `from_config` copy with `set_weights`: the QAT copy's head reads
+    a table of its own, which only `copy_head_tables` fills."""
+    qat = quantize_model(tiny_lm(seed=7))
+    ids = np.array([[1, 2, 3, 9]], "int32")
+    calibrate_model(qat, [{"token_ids": ids, "padding_mask": np.ones_like(ids)}])
+    copy = qat.__class__.from_config(qat.get_config())
+    copy.set_weights(qat.get_weights())
+    assert np.abs(full_logits(copy, ids) - full_logits(qat, ids)).max() > 0.1
+    copy_head_tables(qat, copy)
+    np.testing.assert_allclose(full_logits(copy, ids), full_logits(qat, ids), atol=1e-5)
 
 
 def test_errors():

@@ -21,6 +21,8 @@ from keras_attn.export.onnx_static_quantization import quantize_onnx_static
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.models.xlnet_backbone import XLNetBackbone
+from keras_attn.models.xlnet_classifier import XLNetClassifier
 from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.quantization.quantized_model import QuantizedModel
 from tests.exported_runs import classification_run
@@ -141,6 +143,25 @@ def test_weights_the_twin_keeps_in_float_stay_float(tmp_path):
     reference = keras.ops.convert_to_numpy(qat(x))
     assert np.abs(OnnxRunner(str(path))(x) - reference).max() <= \
         QDQ_LOGIT_STEPS * logit_step(qat)
+
+
+def test_xlnet_classifier_exports_with_its_sinusoid_frequencies_float(tmp_path):
+    """XLNet's relative sinusoids multiply positions by a `(1, d/2)` constant of
+    frequencies: one value per output column, it lies on a per-column int8 grid of its own
+    and was once taken for a quantized kernel (8 stored, 7 in the twin: refused)."""
+    keras.utils.set_random_seed(4)
+    model = XLNetClassifier(XLNetBackbone(vocabulary_size=VOCAB, num_layers=1, num_heads=2,
+                                          hidden_dim=16, intermediate_dim=32), num_classes=3)
+    model.get_layer("logits").kernel.assign(model.get_layer("logits").kernel.numpy() * 50)
+    qat = calibrated_twin(model, float_residual=True, feedforward_float_channels=0)
+    path = tmp_path / "model_int8.onnx"
+    assert export_onnx_qdq(qat, path)["int8_weights"] == 7  # embedding + 4 block + 2 head
+    x = batch(2, 6)
+    reference = keras.ops.convert_to_numpy(qat(x))
+    assert np.abs(OnnxRunner(str(path))(x) - reference).max() <= \
+        QDQ_LOGIT_STEPS * logit_step(qat)
+    frequencies = [v for v in initializers(path).values() if v.shape == (1, 8)]
+    assert frequencies and all(v.dtype == np.float32 for v in frequencies)
 
 
 def test_crf_tagger_exports_its_emissions(tmp_path):

@@ -145,7 +145,7 @@ def _quantization_aware_run_exports(config, tmp_path):
         qat_run=str(tmp_path / "qat"), latency_runs=1, latency_threads=(1,),
         golden_examples=0, length_buckets=False))
     for name in ("model_int8.tflite", "model_text.tflite", "saved_model/saved_model.pb",
-                 "model_dynamic_int8.onnx"):
+                 "model_dynamic_int8.onnx", "model_int8.onnx"):
         assert (tmp_path / "export" / name).is_file(), name
     table = {row["artifact"]: row for row in report["artifacts"]}
     reference = table["model.keras (float, Keras)"]["metric"]
@@ -153,6 +153,7 @@ def _quantization_aware_run_exports(config, tmp_path):
     for name in ("model_fp32.tflite", "model.onnx", "saved_model/ (predict_ids)"):
         assert table[name]["agreement"] == 1.0 and table[name]["metric"] == reference, name
     assert table["model_int8.tflite"]["metric"] >= reference - 0.1
+    assert table["model_int8.onnx"]["metric"] == table["model_int8.tflite"]["metric"]
 
 
 # --- Distribution strategies and resume -------------------------------------------------

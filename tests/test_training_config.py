@@ -314,10 +314,21 @@ def test_neither_batch_size(tmp_path):
 
 
 def test_consistency_errors():
-    with pytest.raises(ConfigError, match=r"`model\.checkpoint` imports BERT weights; task "
-                                          r"'causal_lm' .*use `model\.preset`"):
+    with pytest.raises(ConfigError, match=r"`model\.checkpoint` imports BERT weights or "
+                                          r"continues a run; task 'permutation_lm' starts "
+                                          r"from `model\.preset`"):
+        TrainingConfig.from_dict(minimal(task="permutation_lm", model={
+            "preset": None, "checkpoint": "minilm"}))
+    with pytest.raises(ConfigError, match=re.escape(
+            "task 'causal_lm' continues a keras-attn train run of its own task (a directory "
+            "with model.keras); model.checkpoint=minilm is not one")):
         TrainingConfig.from_dict(minimal(task="causal_lm", model={"preset": None,
                                                                   "checkpoint": "minilm"}))
+    with pytest.raises(ConfigError, match=re.escape(
+            "`model.quantization_aware` trains the plain language model: "
+            "`model.intermediate_layer_losses` and `model.future_targets`")):
+        TrainingConfig.from_dict(minimal(task="causal_lm", model={
+            "preset": "gpt2_tiny", "quantization_aware": True, "future_targets": 1}))
     with pytest.raises(ConfigError, match=r"`model\.use_crf` is for the tagging tasks "
                                           r"\['ner'\]\. "
                                           r"Received: task='classification'"):

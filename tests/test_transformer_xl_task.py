@@ -7,13 +7,17 @@ import keras
 import numpy as np
 import pytest
 
+from keras_attn.layers.transformer_xl_block import TransformerXLBlock
 from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.gpt_causal_lm import GPTCausalLM
 from keras_attn.models.transformer_xl_lm import TransformerXLLM
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.text.character_tokenizer import CharacterTokenizer
 from keras_attn.training.character_evaluation import segment_memory_nll
 from keras_attn.training.character_evaluation import sliding_window_nll
 from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
+from keras_attn.training.tasks.causal_lm_task import read_character_text
 from keras_attn.training.tasks.transformer_xl_task import MemoryCarryingLM
 from keras_attn.training.tasks.transformer_xl_task import SegmentStream
 from keras_attn.training.trainer import train
@@ -138,6 +142,34 @@ def test_character_causal_lm_with_auxiliary_losses(tmp_path):
         results["test"]["loss"] / np.log(2))
     saved = keras.models.load_model(tmp_path / "run" / "model.keras")
     assert isinstance(saved, GPTCausalLM) and saved.backbone.layer_position_embeddings
+
+
+def test_a_run_continues_quantization_aware_with_its_memory(tmp_path):
+    """A float run continued with `model.quantization_aware`: the memory-carrying model
+    wraps the LM's `quantize_model` copy (its blocks in their int8 layout, the memory read
+    through their int8 matmul); the saved copy scores what the run reported."""
+    float_results = train(config(tmp_path, train={"epochs": 3}))
+    qat_config = config(tmp_path, model={"preset": None, "checkpoint": str(tmp_path / "run"),
+                                         "quantization_aware": True, "overrides": {}},
+                        train={"epochs": 1, "learning_rate": 1e-3})
+    qat_config = TrainingConfig.from_dict({**qat_config.to_dict(),
+                                           "output_dir": str(tmp_path / "qat")})
+    results = train(qat_config)
+    saved = keras.models.load_model(tmp_path / "qat" / "model.keras")
+    assert not isinstance(saved, TransformerXLLM) and activation_quantizers(saved)
+    assert all(layer.quantization is not None for layer in saved.layers
+               if isinstance(layer, TransformerXLBlock)) and sum(
+        isinstance(layer, TransformerXLBlock) for layer in saved.layers) == 2
+    ids = CharacterTokenizer.load(tmp_path / "run" / "characters.json").encode(
+        read_character_text(tmp_path / "dev.txt"))
+    nll, count, _ = segment_memory_nll(saved, ids, 8, 8)
+    assert results["test"]["perplexity"] == pytest.approx(np.exp(nll / count), rel=1e-4)
+    assert results["test"]["perplexity"] < 1.2 * float_results["test"]["perplexity"]
+    assert json.loads((tmp_path / "qat" / "lineage.json").read_text())["quantization"]
+    # Calibrated on segments with the memory the float LM left (not on empty memories,
+    # which give the memory input no range: the copy would start blind to its memory).
+    memory = saved.get_layer("memory_input_quantizer")
+    assert float(memory.max_value.numpy() - memory.min_value.numpy()) > 0.5
 
 
 @pytest.mark.parametrize("task, model, match", [

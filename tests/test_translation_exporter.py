@@ -17,9 +17,14 @@ from keras_attn.inference.translation_file import TranslationFile
 from keras_attn.inference.translation_file import TranslationFileError
 from keras_attn.inference.translation_file import runtime_translator
 from keras_attn.inference.translation_onnx import TranslationOnnx
+from keras_attn.models.seq2seq_transformer import make_teacher_forcing_batch
+from keras_attn.training.config import ConfigError
 from keras_attn.training.config import TrainingConfig
+from keras_attn.training.tasks.task import pad_stack
+from keras_attn.training.trainer import Trainer
 from keras_attn.training.trainer import train
 from keras_attn.translation import Translator
+from keras_attn.translation_qat import QATTranslation
 from tests import scripts
 from tests.test_seq2seq_task import make_config
 from tests.test_seq2seq_task import toy_pairs
@@ -176,6 +181,16 @@ def test_an_attention_rnn_run_is_refused_with_the_reason(tmp_path):
     with pytest.raises(TranslationExportError, match="AttentionRNNSeq2Seq run.*keras-attn "
                                                      "predict RUN"):
         export_translation_run(folder / "run", folder / "export")
+    # Nor does it continue quantization-aware (no int8 graphs), or at all.
+    with pytest.raises(ConfigError, match="holds a AttentionRNNSeq2Seq: seq2seq continues "
+                                          "Seq2SeqTransformer runs only"):
+        Trainer(_continue_config(folder / "run", folder / "qat")).run()
+    values = config.to_dict()
+    values["model"]["quantization_aware"] = True
+    values["output_dir"] = str(folder / "rnn_qat")
+    with pytest.raises(ConfigError, match="attention_rnn_tiny is an attention RNN: "
+                                          "quantization-aware training"):
+        Trainer(TrainingConfig.from_dict(values)).run()
 
 
 def test_the_latency_benchmark_times_every_route_in_turns(exported, tmp_path, capsys):
@@ -197,3 +212,116 @@ def test_the_latency_benchmark_times_every_route_in_turns(exported, tmp_path, ca
     assert rows["translation_encoder.onnx"][5].strip() == "1.00"
     assert rows["translation_encoder.onnx"][6].strip() == "100.0 %"
     assert "4 sentences" in out.read_text() and "3 beams" in out.read_text()
+
+
+def _continue_config(run, output_dir, quantization_aware=True, dev=True, **train_settings):
+    """`run` (the toy run, or a run continuing it) continued for an epoch."""
+    folder = run.parent
+    return TrainingConfig.from_dict({
+        "task": "seq2seq", "output_dir": str(output_dir),
+        "data": {"train": {"source": str(folder / "train.en"),
+                           "target": str(folder / "train.de")},
+                 "dev": {"source": str(folder / "dev.en"), "target": str(folder / "dev.de")}
+                 if dev else None, "max_length": 16, "target_max_length": 16},
+        "model": {"checkpoint": str(run), "quantization_aware": quantization_aware},
+        "train": {"epochs": 1, "global_batch_size": 16, "learning_rate": 1e-3,
+                  "weight_decay": 0.0, "log_every_steps": 1000, "label_smoothing": 0.1,
+                  "checkpoint_every_steps": 10000, "eval_num_beams": 3, **train_settings},
+    }, source="test_translation_exporter")
+
+
+@pytest.fixture(scope="module")
+def qat_exported(exported):
+    """`(QAT run, its export, report)`: the toy run continued quantization-aware for an
+    epoch, the QAT run itself exported (its float run is the source)."""
+    run, _, _ = exported
+    qat = run.parent / "qat"
+    Trainer(_continue_config(run, qat)).run()
+    export = run.parent / "qat_export"
+    assert cli.main(["export", str(qat), "--output-dir", str(export)]) == 0
+    return qat, export, json.loads((export / "export_report.json").read_text())
+
+
+def _teacher_forcing(run, dev_pairs):
+    """The model inputs of the dev pairs as the task feeds them (`[SEP]` ends both sides)."""
+    translator = Translator.from_run(run)
+    sources = translator.source_ids([s for s, _ in dev_pairs])
+    targets = translator.source_ids([t for _, t in dev_pairs])
+    x, _ = make_teacher_forcing_batch(pad_stack(sources, 16, 0), pad_stack(targets, 16, 0),
+                                      bos_token_id=1)
+    return {k: keras.ops.convert_to_numpy(v).astype("int32") for k, v in x.items()}
+
+
+def _stepped_logits(runtime, x):
+    """`(B, T, V)` logits of a translation runtime fed the decoder tokens one by one."""
+    cache = runtime.initial_decoding_cache(x["encoder_token_ids"], x["encoder_padding_mask"],
+                                           17)
+    logits = []
+    for index in range(x["decoder_token_ids"].shape[1]):
+        step, cache = runtime.next_token_logits(x["decoder_token_ids"][:, index:index + 1],
+                                                cache, index)
+        logits.append(keras.ops.convert_to_numpy(step))
+    return np.stack(logits, axis=1)
+
+
+def _in_logit_steps(logits, expected, qat_model, x):
+    """`|logits - expected|` in steps of the QAT model's logit quantizer, on real tokens."""
+    quantizer = qat_model.get_layer("token_embedding_output_quantizer_2")  # the logits'
+    step = float(keras.ops.convert_to_numpy(quantizer.max_value - quantizer.min_value)) / 255
+    return (np.abs(logits - expected) / step)[x["decoder_padding_mask"] > 0]
+
+
+def test_a_quantization_aware_run_decodes_and_exports_its_own_weights(exported,
+                                                                      qat_exported):
+    """The QAT copy trained on (its metrics decoded through `QATTranslation`); its graphs
+    and the int8 file compute the saved QAT model's teacher-forced logits token by token
+    within a few int8 logit steps (the cache inputs and decoder positions are rounded once
+    more); the report has its BLEU."""
+    run, _, dev_pairs = exported
+    qat, export, report = qat_exported
+    assert (report["source_run"], report["qat_run"]) == (str(run), str(qat))
+    qat_model = keras.saving.load_model(qat / "model.keras")  # as the trainer saved it
+    x = _teacher_forcing(run, dev_pairs)
+    expected = keras.ops.convert_to_numpy(qat_model(x))  # (B, T, V)
+    translator = Translator.from_run(run)
+    runtime = QATTranslation(qat_model, translator.model, translator.source_ids(
+        [s for s, _ in dev_pairs]), translator.pieces.tokenizer, 17)
+    assert runtime.calibrated_only == ["self_attention_cache_input_quantizer",
+                                       "cross_attention_cache_input_quantizer"]
+    # Measured: mean 0.45 and 0.51 steps, 99 % within 2 and 3, at most 9 (a rounding
+    # that lands one int8 step over, carried on). Without the QAT weights (the graphs as
+    # calibrated): mean 2.6, 99 % within 14; without STEP_QUANTIZER_NAMES: mean 7.
+    for graphs in (runtime, TranslationFile(export / "translation_int8.tflite")):
+        steps = _in_logit_steps(_stepped_logits(graphs, x), expected, qat_model, x)
+        assert steps.mean() <= 0.75 and np.percentile(steps, 99) <= 4 and steps.max() <= 12, \
+            (type(graphs).__name__, steps.mean(), np.percentile(steps, 99), steps.max())
+    rows = {row["artifact"]: row for row in report["artifacts"]}
+    metrics = json.loads((qat / "metrics.json").read_text())
+    assert rows["keras_qat"]["bleu"] == pytest.approx(metrics["best_dev"]["bleu"], abs=3)
+    assert rows["keras_qat"]["bleu"] > 60 and rows["int8"]["bleu"] > 60
+    assert "| Keras QAT model |" in (export / "export_report.md").read_text()
+
+
+def test_what_quantization_aware_translation_refuses(exported, qat_exported, tmp_path,
+                                                     capsys):
+    """A QAT run continues only quantization-aware (and trains on); `--qat-run` takes a
+    QAT seq2seq run only; `predict` sends a QAT run to its export."""
+    run, _, _ = exported
+    qat, _, _ = qat_exported
+    with pytest.raises(ConfigError, match="is a quantization-aware run: set "
+                                          "model.quantization_aware: true"):
+        Trainer(_continue_config(qat, tmp_path / "float", quantization_aware=False)).run()
+    # The saved QAT copy trains on (one embedding table, as tied as the float model's).
+    Trainer(_continue_config(qat, tmp_path / "again", dev=False, max_steps=2)).run()
+    before, after = (keras.saving.load_model(path / "model.keras")
+                     for path in (qat, tmp_path / "again"))
+    assert [w.path for w in after.get_layer("token_embedding").weights] == [
+        "token_embedding/embeddings"]
+    assert not np.array_equal(*(keras.ops.convert_to_numpy(model.get_layer(
+        "token_embedding").embeddings) for model in (before, after)))
+    assert cli.main(["export", str(run), "--qat-run", str(run),
+                     "--output-dir", str(tmp_path / "export")]) == 2
+    assert "is not a quantization-aware seq2seq run" in capsys.readouterr().err
+    assert cli.main(["predict", str(qat), "one two three four."]) == 2
+    assert "a quantization-aware run; its model.keras is the QAT copy" in \
+        capsys.readouterr().err

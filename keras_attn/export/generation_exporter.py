@@ -12,7 +12,10 @@ the vocabulary embedded (the file alone generates: `GenerationFile`):
 - `generation_fp32.tflite`: the float model;
 - `generation_dynamic_int8.tflite`: int8 weights, float activations;
 - `generation_int8.tflite`: the int8 recipe's QAT layout (a float residual stream),
-  calibrated post-training on the float step's inputs along training text.
+  calibrated post-training on the float step's inputs along training text; with a
+  quantization-aware run of the model (`model.quantization_aware: true` continuing it, given
+  as `qat_run`, or exported itself), the QAT model's trained weights and ranges
+  (`copy_quantized_weights`) in its layout: only the cache input's range is calibrated.
 
 Each file is scored on the evaluation split (`test`, else `dev`), its first blocks of
 `max_sequence_length + 1` tokens read token by token through the file (teacher forcing):
@@ -40,9 +43,13 @@ from keras_attn.inference.generation_file import DECODE_STEP_SIGNATURE
 from keras_attn.inference.generation_file import GenerationFile
 from keras_attn.machine import cpu_description
 from keras_attn.models.gpt_causal_lm import GPTCausalLM
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import max_sequence_length
+from keras_attn.quantization.model_queries import model_layout
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
+from keras_attn.quantization.quantized_weights import copy_quantized_weights
 from keras_attn.runs.export_directory import CARD_FILE
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.run_directory import RunDirectory
@@ -56,6 +63,7 @@ FILE_NAME = "generation_{}.tflite"
 VARIANTS = ("fp32", "dynamic_int8", "int8")
 INT8_PERPLEXITY_RATIO = 1.02  # the int8 file's perplexity / the model's, to be the default
 EVAL_BLOCKS = 64  # blocks of the evaluation split read through each file
+KERAS_ROWS = {"keras": "Keras model", "keras_qat": "Keras QAT model"}  # the report's rows
 PROMPTS, PROMPT_TOKENS, NEW_TOKENS = 8, 16, 48
 SAMPLING = {"sampler": "sample", "top_k": 10}  # the seeded check (seed = the prompt's index)
 # The int8 step is calibrated on CALIBRATION_ROWS training blocks, teacher-forced, at every
@@ -68,27 +76,31 @@ class GenerationExportError(KerasAttnError, ValueError):
 
 
 def export_generation_run(run_dir, output_dir, eval_split="auto", max_eval_examples=None,
-                          log=None):
+                          qat_run=None, log=None):
     """Exports a finished `causal_lm` run of a `GPTCausalLM` (module docstring).
 
     Args:
-        run_dir: the run directory (`model.keras`, `config.json`, its vocabulary).
+        run_dir: the run directory (`model.keras`, `config.json`, its vocabulary), or a
+            quantization-aware run continuing one (then that float run is the source).
         output_dir: the export directory.
         eval_split: `"auto"` (test, else dev), `"dev"` or `"test"`.
         max_eval_examples: optional int, the blocks to score on (default `EVAL_BLOCKS`).
+        qat_run: optional quantization-aware run of the model, whose weights and ranges
+            the int8 file holds.
         log: callable receiving progress lines.
 
     Returns:
         The report dict (also written as `export_report.json` and `.md`).
     """
     log = log or (lambda message: None)
-    run = RunDirectory(run_dir)
+    run, qat = source_runs(RunDirectory(run_dir), qat_run)
     generator = TextGenerator.from_run(run.path)
     model, codec = generator.model, generator.codec
     if not isinstance(model, GPTCausalLM):
         raise GenerationExportError(
             f"{run.path}: a {type(model).__name__} run; the generation files hold a "
             "GPTCausalLM's decoding step")
+    qat_model = _qat_model(qat, model)
     config = run.config()
     split = run.evaluation_split(eval_split)
     length = generator.max_length
@@ -104,18 +116,25 @@ def export_generation_run(run_dir, output_dir, eval_split="auto", max_eval_examp
                                                     codec)}
     keras_row["generated"] = _continuations(generator, prompts, new_tokens)
     log(f"  Keras model: perplexity {keras_row['perplexity']:.4f}")
+    qat_rows = []
+    if qat_model is not None:
+        qat_rows = [{"artifact": "keras_qat", **_perplexity(_keras_logits(qat_model, blocks),
+                                                            blocks, codec)}]
+        log(f"  Keras QAT model ({qat.path}): perplexity {qat_rows[0]['perplexity']:.4f}")
     card = _card(model, codec)
     output = pathlib.Path(output_dir)
-    files = _write_files(model, codec, config, card, output, log)
-    rows = [keras_row] + [_file_row(variant, path, blocks, prompts, new_tokens, keras_row, log)
-                          for variant, path in files.items()]
+    files = _write_files(model, codec, config, card, output, log, qat_model)
+    rows = [keras_row] + qat_rows + [
+        _file_row(variant, path, blocks, prompts, new_tokens, keras_row, log)
+        for variant, path in files.items()]
     int8 = next(row for row in rows if row["artifact"] == "int8")
     card["default_file"] = FILE_NAME.format(
         "int8" if int8["perplexity"] <= keras_row["perplexity"] * INT8_PERPLEXITY_RATIO
         else "fp32")
     for row in rows:
-        row.pop("generated")
+        row.pop("generated", None)
     report = {"task": GENERATION_TASK, "metric": "perplexity", "source_run": str(run.path),
+              "qat_run": str(qat.path) if qat is not None else None,
               "eval_split": split, "blocks": len(blocks), "prompts": len(prompts),
               "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "sampling": SAMPLING,
               "machine": cpu_description(), "keras_attn_version": __version__,
@@ -125,6 +144,43 @@ def export_generation_run(run_dir, output_dir, eval_split="auto", max_eval_examp
     atomic_files.write_bytes(output / codec.vocabulary_file, codec.vocabulary_bytes())
     export.write_report(report, report_markdown(report))
     return report
+
+
+def source_runs(run, qat_run, task=GENERATION_TASK, error=GenerationExportError):
+    """`(float run, QAT run or None)`: `run` and `qat_run`, or the float run that `run`
+    continues when `run` is itself quantization-aware; a `qat_run` that is not a
+    quantization-aware run of `task` is an `error`."""
+    if qat_run is None and run.is_run() and run.lineage().quantization is not None:
+        source = run.lineage().source
+        if source is None or not RunDirectory(source).is_run():
+            raise error(
+                f"{run.path} is a quantization-aware run whose float run ({source}) is gone: "
+                f"export the float run with --qat-run {run.path}")
+        return RunDirectory(source), run
+    if qat_run is None:
+        return run, None
+    qat = RunDirectory(qat_run)
+    if not qat.is_run() or qat.lineage().quantization is None or qat.task != task:
+        raise error(
+            f"--qat-run {qat.path} is not a quantization-aware {task} run (a "
+            f"keras-attn train run with model.checkpoint: {run.path} and "
+            "model.quantization_aware: true)")
+    return run, qat
+
+
+def _qat_model(qat, model):
+    """The QAT run's model, checked to be a copy of `model` (the same vocabulary and
+    positions), or `None` without a QAT run."""
+    if qat is None:
+        return None
+    qat_model = qat.load_model()
+    wanted = (model.backbone.vocabulary_size, model.backbone.max_sequence_length)
+    found = (qat_model.output.shape[-1], max_sequence_length(qat_model))
+    if not activation_quantizers(qat_model) or found != wanted:
+        raise GenerationExportError(
+            f"--qat-run {qat.path}: not the quantization-aware copy of {model.name} "
+            f"(vocabulary and positions {found}, the float model's {wanted})")
+    return qat_model
 
 
 def _token_stream(codec, data, path):
@@ -194,12 +250,12 @@ def _card(model, codec):
             "keras_attn_version": __version__}
 
 
-def _write_files(model, codec, config, card, output, log):
+def _write_files(model, codec, config, card, output, log, qat_model):
     """`{variant: path}` of the three files, written with the card and vocabulary."""
     step = model.decoder_step_model(card["max_length"])
     files = {}
     for variant in VARIANTS:
-        graph = step if variant != "int8" else _calibrated_int8(step, codec, config, log)
+        graph = step if variant != "int8" else _int8_step(step, codec, config, log, qat_model)
         path = output / FILE_NAME.format(variant)
         started = time.perf_counter()
         export_signatures_tflite({"step": graph},
@@ -212,9 +268,10 @@ def _write_files(model, codec, config, card, output, log):
     return files
 
 
-def _calibrated_int8(step, codec, config, log):
-    """The step's `quantize_model` copy in the int8 recipe's layout, calibrated on its inputs
-    along `CALIBRATION_ROWS` training blocks read token by token."""
+def _int8_step(step, codec, config, log, qat_model):
+    """The step's `quantize_model` copy in the int8 recipe's layout (the QAT model's),
+    calibrated on its inputs along `CALIBRATION_ROWS` training blocks read token by token;
+    then holding the QAT model's weights and ranges where it has the layer."""
     length = step.input["cache"].shape[3]
     blocks = _blocks(_token_stream(codec, config.data, config.data.train), length,
                      CALIBRATION_ROWS)
@@ -228,9 +285,14 @@ def _calibrated_int8(step, codec, config, log):
         if index % CALIBRATION_STRIDE == 0:
             recorded.append(inputs)
         cache = ops.convert_to_numpy(step(inputs)["cache"])
-    int8 = quantize_model(step, **QuantizationRecipe().layout())
+    layout = QuantizationRecipe().layout() if qat_model is None else model_layout(qat_model)
+    int8 = quantize_model(step, **layout)
     calibrate_model(int8, recorded)
     log(f"  int8: calibrated on {len(recorded)} steps of {len(tokens)} training blocks")
+    if qat_model is not None:
+        calibrated = copy_quantized_weights(qat_model, int8)
+        log(f"  int8: the QAT model's weights and ranges; calibrated only: "
+            f"{', '.join(calibrated) or 'none'}")
     return int8
 
 
@@ -276,7 +338,7 @@ def report_markdown(report):
              + " greedy as Keras | top-k as Keras | size | ms / token |",
              "| --- | --- |" + (" --- |" if bits else "") + " --- | --- | --- | --- |"]
     for row in report["artifacts"]:
-        cells = [f"`{row['file']}`" if "file" in row else "Keras model",
+        cells = [f"`{row['file']}`" if "file" in row else KERAS_ROWS[row["artifact"]],
                  f"{row['perplexity']:.4f}"]
         if bits:
             cells.append(f"{row['bits_per_character']:.4f}")

@@ -225,9 +225,13 @@ def _pointwise_convs_as_matmuls(model_proto):
 
 def _symmetric_grid(weight, axis):
     """`(q, scale)` when `weight` is `q * scale` with int `q` in [-127, 127] and `scale`
-    `max|w| / 127` per tensor (`axis=None`) or per slice along `axis`, else `None`."""
+    `max|w| / 127` per tensor (`axis=None`) or per slice along `axis`, else `None`. A slice
+    of one value lies on its own grid whatever it is: no evidence of a quantized weight
+    (XLNet's sinusoid frequencies, a `(1, d)` constant of a MatMul, are float)."""
     reduce_axes = None if axis is None else tuple(i for i in range(weight.ndim) if i != axis)
     bound = np.abs(weight).max(axis=reduce_axes, keepdims=True)
+    if weight.size < 2 * bound.size:
+        return None
     scale = np.where(bound > 0, bound, 1.0).astype("float32") / 127.0
     steps = weight / scale
     q = np.round(steps)

@@ -84,8 +84,9 @@ def quantize_onnx_dynamic(src, dst, per_channel=True):
 def batched_weight_matmuls(model_proto):
     """The names of the `MatMul` nodes whose constant `B` is not 2-D (XLNet's relative
     position scores `(B, H, T, d) x (H, d, R)`, folded to a constant): onnxruntime's
-    per-channel `DynamicQuantizeMatMul` refuses their zero points at run time ("b zero point
-    is not valid"), so they stay float."""
+    per-channel `DynamicQuantizeMatMul` and `QLinearMatMul` (dynamic and static
+    quantization) refuse their zero points at run time ("b zero point is not valid",
+    "weight zero point must be a scalar"), so they stay float."""
     shapes = {tensor.name: len(tensor.dims) for tensor in model_proto.graph.initializer}
     return [node.name for node in model_proto.graph.node
             if node.op_type == "MatMul" and shapes.get(node.input[1], 2) != 2]

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 
 from keras_attn import atomic_files
+from keras_attn.export.onnx_quantization import batched_weight_matmuls
 from keras_attn.export.onnx_quantization import drop_pre_processing_advice
 from keras_attn.export.onnx_quantization import gemm_as_matmul
 
@@ -96,7 +97,8 @@ def quantize_onnx_static(src, dst, batches, per_channel=True):
             quantize_static(model_proto, os.fspath(temporary), Batches(),
                             quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8, per_channel=per_channel,
-                            op_types_to_quantize=list(QUANTIZED_OP_TYPES))
+                            op_types_to_quantize=list(QUANTIZED_OP_TYPES),
+                            nodes_to_exclude=batched_weight_matmuls(model_proto))
     finally:
         root.removeFilter(drop_pre_processing_advice)
     return os.fspath(dst)

@@ -12,9 +12,12 @@ file alone translates):
 - `translation_dynamic_int8.tflite`: int8 weights, float activations (the converter's
   dynamic-range quantization);
 - `translation_int8.tflite`: the QAT layout of the int8 recipe (`QuantizationRecipe()`, a
-  float residual stream) on both graphs, calibrated (post-training, no QAT run yet): the
-  encoder on training sources, the decoding step on the float model's greedy decoding of
-  them;
+  float residual stream) on both graphs, calibrated post-training: the encoder on training
+  sources, the decoding step on the float model's greedy decoding of them
+  (`calibrated_translation_graphs`); with a quantization-aware run of the model
+  (`model.quantization_aware: true` continuing it, given as `qat_run`, or exported itself),
+  in its layout and holding its trained weights and ranges (`copy_qat_weights`): only the
+  decoding step's two cache inputs keep calibrated ranges;
 - `translation_encoder.onnx` + `translation_decoder_step.onnx` and their `_dynamic_int8`
   versions (`keras_attn.export.translation_onnx_export`): the encoder + decoder-with-past
   pair of the transformers.js route, for onnxruntime(-web).
@@ -22,9 +25,10 @@ file alone translates):
 Each file translates the evaluation split (`test`, else `dev`) with the run's decoding
 settings (`train.eval_num_beams`, `train.eval_length_penalty`) through
 `Translator(TranslationFile(...))`, the same beam search as the Keras model; the report
-(`export_report.json` / `.md`) gives per file sacreBLEU, the share of sentences translated
-exactly as Keras does, size, and ms per sentence and per generated token (1 thread, the
-whole evaluation split). The card's `default_file` (what `keras-attn predict EXPORT_DIR`
+(`export_report.json` / `.md`) gives per file sacreBLEU (and the QAT model's, decoded
+through its graphs: `QATTranslation`), the share of sentences translated exactly as Keras
+does, size, and ms per sentence and per generated token (1 thread, the whole evaluation
+split). The card's `default_file` (what `keras-attn predict EXPORT_DIR`
 uses) is the int8 file when its BLEU is within `INT8_BLEU_BUDGET` of the Keras model's, else
 the fp32 file.
 """
@@ -35,10 +39,10 @@ import time
 
 import numpy as np
 import sacrebleu
-from keras import ops
 
 from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
+from keras_attn.export.generation_exporter import source_runs
 from keras_attn.export.tflite_export import bucket_lengths
 from keras_attn.export.tflite_metadata import append_associated_files
 from keras_attn.export.translation_onnx_export import export_translation_onnx
@@ -50,47 +54,55 @@ from keras_attn.inference.translation_onnx import TranslationOnnx
 from keras_attn.inference.translation_onnx import step_path
 from keras_attn.machine import cpu_description
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.quantization.model_queries import model_layout
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.quantization.quantize_model import calibrate_model
-from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.runs.export_directory import CARD_FILE
 from keras_attn.runs.export_directory import VOCAB_FILE
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.labelled_examples import calibration_sample
+from keras_attn.training.tasks.seq2seq_task import float_run
 from keras_attn.training.tasks.seq2seq_task import read_split_pairs
 from keras_attn.translation import TRANSLATION_TASK
 from keras_attn.translation import Translator
+from keras_attn.translation_qat import CALIBRATION_SOURCES
+from keras_attn.translation_qat import QATTranslation
+from keras_attn.translation_qat import calibrated_translation_graphs
 from keras_attn.version import __version__
 
 # sacreBLEU's default corpus BLEU (13a, cased), what the seq2seq task reports.
 SACREBLEU = sacrebleu.metrics.BLEU()
 INT8_BLEU_BUDGET = 1.0  # BLEU points the int8 file may lose and still be the default
-CALIBRATION_SOURCES = 256
-CALIBRATION_BATCH = 32
-# The decoding step is calibrated on the first STEP_ROWS rows of each batch at every
-# STEP_STRIDE-th position: each recorded step holds its own self-attention cache (at
-# Multi30k's size 0.4 MB a row), all 32 rows at every position took 6.4 GB.
-STEP_ROWS, STEP_STRIDE = 8, 2
 FILE_NAME = "translation_{}.tflite"
+KERAS_ROWS = {"keras": "Keras model", "keras_qat": "Keras QAT model"}  # the report's rows
 
 
 def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_examples=None,
-                           log=None):
+                           qat_run=None, log=None):
     """Exports a finished `seq2seq` run of a `Seq2SeqTransformer` (module docstring).
 
     Args:
-        run_dir: the run directory (`model.keras`, `config.json`, `vocab.txt`).
+        run_dir: the run directory (`model.keras`, `config.json`, `vocab.txt`), or a
+            quantization-aware run continuing one (then that float run is the source).
         output_dir: the export directory.
         eval_split: `"auto"` (test, else dev), `"dev"` or `"test"`.
         max_eval_examples: optional int, translate only the first N pairs.
+        qat_run: optional quantization-aware run of the model, whose weights and ranges
+            the int8 file holds.
         log: callable receiving progress lines.
 
     Returns:
         The report dict (also written as `export_report.json` and `.md`).
+
+    Example:
+    >>> export_translation_run("runs/m30k", "runs/m30k/export",
+    ...                        qat_run="runs/m30k_qat")  # doctest: +SKIP
     """
     log = log or (lambda message: None)
-    run = RunDirectory(run_dir)
+    run, qat = source_runs(RunDirectory(run_dir), qat_run, TRANSLATION_TASK,
+                           TranslationExportError)
+    run = _float_run(run)
     translator = Translator.from_run(run.path)
     if not isinstance(translator.model, Seq2SeqTransformer):
         raise TranslationExportError(
@@ -108,15 +120,20 @@ def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_exam
         f"{translator.num_beams} beams")
     keras_row, keras_texts = _score("keras", translator, sources, references, None, None)
     log(f"  Keras model: BLEU {keras_row['bleu']:.2f}")
+    max_length = 1 + config.data.target_max_length  # BOS + generated tokens
+    graphs = translation_graphs(translator.model, max_length)
+    int8_graphs, qat_rows = _int8_graphs(graphs, translator, config, qat, sources,
+                                         references, log)
     output = pathlib.Path(output_dir)
     card = _card(config, translator, bucket_lengths(config.data.max_length))
     vocabulary = run.file(VOCAB_FILE).read_text(encoding="utf-8").splitlines()
-    files = _write_files(translator, vocabulary, config, card, output, log)
-    rows = [keras_row] + _file_rows(files, sources, references, keras_texts, log)
+    files = _write_files(graphs, int8_graphs, vocabulary, card, output, log)
+    rows = [keras_row] + qat_rows + _file_rows(files, sources, references, keras_texts, log)
     int8 = next(r for r in rows if r["artifact"] == "int8")
     card["default_file"] = FILE_NAME.format(
         "int8" if int8["bleu"] >= keras_row["bleu"] - INT8_BLEU_BUDGET else "fp32")
     report = {"task": TRANSLATION_TASK, "metric": "bleu", "source_run": str(run.path),
+              "qat_run": str(qat.path) if qat is not None else None,
               "eval_split": split, "examples": len(pairs), "num_beams": translator.num_beams,
               "machine": cpu_description(), "keras_attn_version": __version__,
               "bleu_signature": str(SACREBLEU.get_signature()), "artifacts": rows,
@@ -155,83 +172,73 @@ def _file_names(path):
     return [path.name] + ([step_path(path).name] if path.suffix == ".onnx" else [])
 
 
-def _write_files(translator, vocabulary, config, card, output, log):
-    """`{variant: path}` of the three `.tflite` files, written with the card and vocabulary,
-    and of the ONNX pairs (their encoder files)."""
-    max_length = 1 + config.data.target_max_length  # BOS + generated tokens
-    encoder, step = translation_graphs(translator.model, max_length)
+def _float_run(run):
+    """`run`, or for a quantization-aware run continuing another (`source_runs` gives it)
+    the float run at the start of its lineage."""
+    origin = float_run(run) if run.is_run() else run
+    if origin is None:
+        raise TranslationExportError(
+            f"{run.path} is a quantization-aware run whose float run "
+            f"({run.lineage().source}) is gone: export a float seq2seq run with --qat-run")
+    return origin
+
+
+def _int8_graphs(graphs, translator, config, qat, sources, references, log):
+    """`((int8 encoder, int8 step), QAT rows)`: the float graphs' `quantize_model` copies,
+    calibrated on `CALIBRATION_SOURCES` training sources, in the int8 recipe's layout, or
+    with a QAT run in its model's layout and holding its weights and ranges
+    (`QATTranslation`); then the report row of that QAT model's translations."""
+    qat_model = None if qat is None else _qat_model(qat, translator.model)
+    layout = QuantizationRecipe().layout() if qat is None else model_layout(qat_model)
+    pairs = calibration_sample(read_split_pairs(config.data, config.data.train),
+                               CALIBRATION_SOURCES)
+    tokenizer = translator.pieces.tokenizer
+    encoder, step, steps = calibrated_translation_graphs(
+        *graphs, translator.source_ids([p.source for p in pairs]), tokenizer, layout)
+    log(f"  int8: calibrated on {len(pairs)} training sources and {steps} decoding steps")
+    if qat is None:
+        return (encoder, step), []
+    runtime = QATTranslation(qat_model, None, None, tokenizer, None, graphs=(encoder, step))
+    log(f"  int8: the QAT model's weights and ranges; calibrated only: "
+        f"{', '.join(runtime.calibrated_only)}")
+    row, _ = _score("keras_qat", Translator(
+        runtime, translator.pieces, translator.max_length, translator.max_new_tokens,
+        translator.num_beams, translator.length_penalty), sources, references, None, None)
+    log(f"  Keras QAT model ({qat.path}): BLEU {row['bleu']:.2f}")
+    return (encoder, step), [row]
+
+
+def _qat_model(qat, model):
+    """The QAT run's model, checked to be a copy of the float `model` (its vocabulary)."""
+    qat_model = qat.load_model()
+    rows = qat_model.output.shape[-1]  # (B, T, V) logits
+    if not activation_quantizers(qat_model) or rows != model.vocabulary_size:
+        raise TranslationExportError(
+            f"--qat-run {qat.path}: not the quantization-aware copy of {model.name} "
+            f"({rows} vocabulary rows, the float model's {model.vocabulary_size})")
+    return qat_model
+
+
+def _write_files(graphs, int8_graphs, vocabulary, card, output, log):
+    """`{variant: path}` of the three `.tflite` files (the float `graphs`, `int8_graphs`
+    for `int8`), written with the card and vocabulary, and of the ONNX pairs (their
+    encoder files)."""
     lengths = card["source_lengths"]
     files = {}
     for variant in ("fp32", "dynamic_int8", "int8"):
-        graphs = (encoder, step) if variant != "int8" else _calibrated_int8(
-            encoder, step, translator, config, max_length, log)
         path = output / FILE_NAME.format(variant)
         started = time.perf_counter()
-        export_translation_tflite(*graphs, path, lengths, variant, beams=card["num_beams"])
+        export_translation_tflite(*(int8_graphs if variant == "int8" else graphs), path,
+                                  lengths, variant, beams=card["num_beams"])
         content = append_associated_files(path.read_bytes(), {
             CARD_FILE: (json.dumps(card, indent=1, ensure_ascii=False) + "\n").encode("utf-8"),
             VOCAB_FILE: ("\n".join(vocabulary) + "\n").encode("utf-8")})
         atomic_files.write_bytes(path, content)
         log(f"  wrote {path} ({time.perf_counter() - started:.0f} s)")
         files[variant] = path
-    files.update(export_translation_onnx(encoder, step, output, card, vocabulary))
+    files.update(export_translation_onnx(*graphs, output, card, vocabulary))
     log(f"  wrote the ONNX encoder and decoder-step pairs: {', '.join(files)}")
     return files
-
-
-def _calibrated_int8(encoder, step, translator, config, max_length, log):
-    """The `quantize_model` copies of the two graphs in the int8 recipe's layout, calibrated:
-    the encoder on `CALIBRATION_SOURCES` training sources, the step on the inputs of the
-    float graphs' greedy decoding of them."""
-    layout = QuantizationRecipe().layout()
-    pairs = calibration_sample(read_split_pairs(config.data, config.data.train),
-                               CALIBRATION_SOURCES)
-    sources = translator.source_ids([p.source for p in pairs])
-    batches = [_padded(sources[i:i + CALIBRATION_BATCH], translator.pad_token_id)
-               for i in range(0, len(sources), CALIBRATION_BATCH)]
-    step_inputs = [inputs for batch in batches for inputs in _greedy_step_inputs(
-        encoder, step, batch, max_length, translator)]
-    int8_encoder, int8_step = quantize_model(encoder, **layout), quantize_model(step, **layout)
-    calibrate_model(int8_encoder, batches)
-    calibrate_model(int8_step, step_inputs)
-    log(f"  int8: calibrated on {len(sources)} training sources and "
-        f"{len(step_inputs)} decoding steps")
-    return int8_encoder, int8_step
-
-
-def _padded(sources, pad_token_id):
-    length = max(len(s) for s in sources)
-    ids = np.full((len(sources), length), pad_token_id, "int32")
-    for row, source in enumerate(sources):
-        ids[row, :len(source)] = source
-    return {"encoder_token_ids": ids,
-            "encoder_padding_mask": (ids != pad_token_id).astype("int32")}
-
-
-def _greedy_step_inputs(encoder, step, batch, max_length, translator):
-    """The decoding step's inputs (`STEP_ROWS` rows, every `STEP_STRIDE`-th position, copies)
-    during the float graphs' greedy decoding of `batch` (until every row has ended)."""
-    cross = ops.convert_to_numpy(encoder(batch)["cross_attention_cache"])
-    rows = len(cross)
-    cache = np.zeros((rows, *step.input["self_attention_cache"].shape[1:]), "float32")
-    token = np.full((rows, 1), translator.bos_token_id, "int32")
-    done = np.zeros(rows, bool)
-    recorded, kept_cross = [], cross[:STEP_ROWS].copy()
-    for index in range(max_length):
-        inputs = {"decoder_token_ids": token,
-                  "cache_update_index": np.full((rows,), index, "int32"),
-                  "self_attention_cache": cache, "cross_attention_cache": cross,
-                  "encoder_padding_mask": batch["encoder_padding_mask"]}
-        if index % STEP_STRIDE == 0:
-            recorded.append({name: value[:STEP_ROWS].copy() if name != "cross_attention_cache"
-                             else kept_cross for name, value in inputs.items()})
-        outputs = step(inputs)
-        cache = ops.convert_to_numpy(outputs["self_attention_cache"])
-        token = ops.convert_to_numpy(outputs["logits"]).argmax(-1)[:, None].astype("int32")
-        done |= token[:, 0] == translator.eos_token_id
-        if done.all():
-            break
-    return recorded
 
 
 def _file_rows(files, sources, references, keras_texts, log):
@@ -275,7 +282,7 @@ def report_markdown(report):
              "| --- | --- | --- | --- | --- | --- |"]
     for row in report["artifacts"]:
         if "file" not in row:
-            lines.append(f"| Keras model | {row['bleu']:.2f} | | | | |")
+            lines.append(f"| {KERAS_ROWS[row['artifact']]} | {row['bleu']:.2f} | | | | |")
             continue
         lines.append(f"| `{row['file']}` | {row['bleu']:.2f} | "
                      f"{100 * row['same_as_keras']:.1f} % | {row['size_bytes'] / 1e6:.2f} MB | "

@@ -1,9 +1,10 @@
 """`EncoderInt8Layout`: the int8 layout of a Transformer block (post-LN as BERT's, pre-LN
 and causal as GPT's, with cross-attention as the translation Transformer's decoder, over a
-whole sequence or a decoding step with its caches), fake-quantized for quantization-aware
-training, rounding where its int8 TFLite file rounds. Mixed into `TransformerEncoderBlock`
-and `TransformerDecoderBlock` (their `quantization` setting); each supplies its weights
-through `_int8_weights()`."""
+whole sequence or a decoding step with its caches, with XLNet's or Transformer-XL's relative
+terms and memory), fake-quantized for quantization-aware training, rounding where its int8
+TFLite file rounds. Mixed into `TransformerEncoderBlock`, `TransformerDecoderBlock`,
+`XLNetBlock` and `TransformerXLBlock` (their `quantization` setting); each supplies its
+weights through `_int8_weights()`."""
 
 import math
 
@@ -290,11 +291,13 @@ class EncoderInt8Layout(Int8Attention, FeedforwardFloatChannels):
                 f"mask and the causal mask only; it has no {', '.join(given)}. Use the "
                 "float block (`quantization=None`) for them.")
 
-    def _matmul(self, x, kernel, bias, name):
+    def _matmul(self, x, kernel, bias, name, own_input=True):
+        """Matmul `name` of the layout; `own_input=False`: its input is not the one
+        `_input_step(name)` names (its bias is then not rounded to the file's grid)."""
         bound = self.frozen_bounds[name] if self.frozen_bounds else None
         quantize = self.quantize and name not in self.float_matmuls
         return quantized_matmul(x, kernel, bias, quantize, self.weight_quantization,
-                                bound, self._input_step(name))
+                                bound, self._input_step(name) if own_input else None)
 
     def _input_step(self, name):
         """The frozen int8 step of matmul `name`'s input (`None` unless the ranges are
@@ -333,7 +336,7 @@ class EncoderInt8Layout(Int8Attention, FeedforwardFloatChannels):
             })
 
     def _int8_call(self, inputs, padding_mask, training=None, query_length=None,
-                   causal=False, cross=None, caches=None, score_terms=None):
+                   causal=False, cross=None, caches=None, score_terms=None, memory=None):
         """The block's output `(B, q, H)` (`q = T` without `query_length`: the first `q`
         query rows). `causal`: query `t` sees keys `s <= t` only. `cross`: the encoder
         output `(B, S, E)` (or `None` with a cross cache) and its padding mask `(B, S)` (or
@@ -341,10 +344,13 @@ class EncoderInt8Layout(Int8Attention, FeedforwardFloatChannels):
         `"self"`, the `(B, 2, S_max, n, d)` key/value cache, `"index"`, where this call's
         `T` rows are written, and `"cross"`, the `(B, 2, S, n, d)` cross cache or `None`;
         the call writes the updated caches into it. `padding_mask` may be `(B, T, T)`, the
-        keys each query sees. `score_terms` (post-LN): the scores' extra terms, see
-        `Int8Attention._attend`."""
+        keys each query sees. `score_terms`: the scores' extra terms, see
+        `Int8Attention._attend`. `memory` (Transformer-XL): `(B, M, H)` rows before the
+        segment, keys and values only (see `Int8Attention._int8_attention`; pre-LN, they
+        go through the LayerNorm first); `padding_mask` is then `(B, M + T)`."""
         if getattr(self, "norm_first", False):
-            return self._pre_ln_call(inputs, padding_mask, training, causal, cross, caches)
+            return self._pre_ln_call(inputs, padding_mask, training, causal, cross, caches,
+                                     score_terms, memory)
         q, w = self.quantizers, self._int8_weights()
         H = inputs.shape[-1]
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
@@ -360,8 +366,8 @@ class EncoderInt8Layout(Int8Attention, FeedforwardFloatChannels):
 
         # === Self-attention ===
         attended = self._int8_attention(x, w, batch, length, padding_mask, training,
-                                        query_length, causal, caches,
-                                        score_terms)  # (B*q, H)
+                                        query_length, causal, caches, score_terms,
+                                        memory)  # (B*q, H)
         x = q["attention_residual_quantizer"](residual_rows + attended, training=training)
         x = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
                        self.attention_layer_norm_quantizers, training)  # (B*q, H)
@@ -387,21 +393,30 @@ class EncoderInt8Layout(Int8Attention, FeedforwardFloatChannels):
         x_int8 = q["feedforward_layer_norm_quantizer"](x, training=training)
         return ops.reshape(x_int8, (batch, rows, H))  # (B, q, H); q = T by default
 
-    def _pre_ln_call(self, inputs, padding_mask, training, causal, cross=None, caches=None):
+    def _pre_ln_call(self, inputs, padding_mask, training, causal, cross=None, caches=None,
+                     score_terms=None, memory=None):
         """The pre-LN block (`norm_first`): `y = x + Attn(LN(x))`, `z = y + FFN(LN(y))`; the
         LayerNorm outputs are what the matmuls read, int8; the residual stream is int8, or
-        float with `float_residual`."""
+        float with `float_residual`. A `memory` goes through the same LayerNorm and its
+        quantizer: `LN(m)` and `LN(x)` have one int8 scale."""
         q, w = self.quantizers, self._int8_weights()
         H = inputs.shape[-1]
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
         x = ops.reshape(inputs, (-1, H))  # (B*T, H), the residual stream
 
-        # === Self-attention on LN(x) ===
-        h = layer_norm(x, w["attention_gamma"], w["attention_beta"], self.layer_norm_epsilon,
-                       self.attention_layer_norm_quantizers, training)
-        h = q["attention_layer_norm_quantizer"](h, training=training)  # (B*T, H), int8
+        def normed(rows):  # (N, H) -> LN(rows), int8
+            h = layer_norm(rows, w["attention_gamma"], w["attention_beta"],
+                           self.layer_norm_epsilon, self.attention_layer_norm_quantizers,
+                           training)
+            return q["attention_layer_norm_quantizer"](h, training=training)
+
+        # === Self-attention on LN(x), LN(memory) keys and values only ===
+        h = normed(x)  # (B*T, H), int8
+        if memory is not None:
+            memory = ops.reshape(normed(ops.reshape(memory, (-1, H))), ops.shape(memory))
         attended = self._int8_attention(h, w, batch, length, padding_mask, training,
-                                        causal=causal, caches=caches)
+                                        causal=causal, caches=caches,
+                                        score_terms=score_terms, memory=memory)
         x = q["attention_residual_quantizer"](x + attended, training=training)  # (B*T, H)
 
         # === Cross-attention on LN(y) (encoder-decoder blocks) ===

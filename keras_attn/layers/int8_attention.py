@@ -1,5 +1,6 @@
-"""`Int8Attention`: the attention of `EncoderInt8Layout` (self-attention with its cache,
-cross-attention with its cache), fake-quantized where the int8 TFLite file rounds."""
+"""`Int8Attention`: the attention of `EncoderInt8Layout` (self-attention with its cache or
+a memory, cross-attention with its cache), fake-quantized where the int8 TFLite file rounds,
+and `relative_score_terms`, Transformer-XL's relative terms beside its int8 matmuls."""
 
 import math
 
@@ -9,6 +10,8 @@ from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.int8_layout_settings import CROSS_QUANTIZER_NAMES
 from keras_attn.layers.int8_layout_settings import SOFTMAX_RANGE
 from keras_attn.layers.quantized_layer_normalization import layer_norm_quantizers
+from keras_attn.layers.relative_multi_head_attention import relative_shift
+from keras_attn.layers.relative_multi_head_attention import relative_sinusoids
 
 
 class Int8Attention:
@@ -44,12 +47,15 @@ class Int8Attention:
         ])  # (3H,)
 
     def _int8_attention(self, x, w, batch, length, padding_mask, training, query_length=None,
-                        causal=False, caches=None, score_terms=None):
+                        causal=False, caches=None, score_terms=None, memory=None):
         """Self-attention of the int8 rows `x` `(B*T, H)` with the weights `w` (read once
         per call, `_int8_weights()`): the output projection's rounded output `(B*q, H)`,
         after its dropout. `padding_mask`: `(B, T)` real keys, or `(B, T, T)` the keys each
         query sees. With `caches` (see `_int8_call`) the keys and values are the cache's,
-        this call's written at `caches["index"]`. `score_terms`: see `_attend`."""
+        this call's written at `caches["index"]`. `score_terms`: see `_attend`. `memory`
+        (Transformer-XL): `(B, M, H)` rows before the segment, keys and values only (see
+        `_memory_keys`); `padding_mask` is then `(B, M + T)`, and causal query `t` sees
+        the whole memory and the segment up to itself."""
         q = self.quantizers
         H = x.shape[-1]
         rows = length if query_length is None else query_length  # q, the query rows
@@ -64,8 +70,14 @@ class Int8Attention:
             # Only the first q rows are read later (the [CLS] row of a classifier's last
             # block): they alone are queries, and the rest of the block runs on q rows.
             query = ops.reshape(query, (batch, length, H))[:, :query_length]  # (B, q, H)
-        key_mask = _key_mask(padding_mask, length, causal)
-        keys = length  # T, or S_max with a cache
+        memory_length = None
+        keys = length  # T, M + T with a memory, or S_max with a cache
+        if memory is not None:
+            memory_length = ops.shape(memory)[1]  # M
+            key, value = self._memory_keys(memory, key, value, w, scale, batch, length,
+                                           training)  # 2 x (B*(M + T), H)
+            keys = memory_length + length
+        key_mask = _key_mask(padding_mask, keys, causal, memory_length)
         if caches is not None:
             key, value, key_mask, keys = self._cached_keys(key, value, batch, length,
                                                            padding_mask, causal, caches)
@@ -77,6 +89,32 @@ class Int8Attention:
                                 "attention_output")  # (B*q, H)
         attended = q["attention_output_quantizer"](attended, training=training)
         return self.attention_output_dropout_layer(attended, training=training)
+
+    def _memory_keys(self, memory, key, value, w, scale, batch, length, training):
+        """The keys and values of `[memory; segment]` `(B*(M + T), H)`: the segment's
+        `key`, `value` `(B*T, H)` after those of the memory rows `(B, M, H)`, which the same
+        Q/K/V matmul and `qkv_quantizer` give (their query columns sliced off). One matmul per
+        input, each reading its rows at their own int8 scale (pre-LN: `LN(memory)`, at the
+        segment's; post-LN: the memory's producer's, whose step the block does not know, so
+        that its bias is left off the file's int32 grid, a fraction of an output step),
+        rather than one over their CONCATENATION, which would round both to one scale
+        first."""
+        H = key.shape[-1]
+        memory_length = ops.shape(memory)[1]  # M
+        memory_qkv = self._matmul(ops.reshape(memory, (-1, H)), w["qkv_kernel"] * scale,
+                                  w["qkv_bias"] * scale, "qkv",
+                                  own_input=getattr(self, "norm_first", False))
+        memory_qkv = self.quantizers["qkv_quantizer"](memory_qkv, training=training)
+        # A slice, then a SPLIT in two: a SPLIT in three would leave its query output
+        # unread, which the converter then gives a scale of its own.
+        memory_key, memory_value = ops.split(memory_qkv[:, H:], 2, axis=-1)  # 2 x (B*M, H)
+
+        def keys(of_memory, of_segment):  # -> (B*(M + T), H)
+            return ops.reshape(ops.concatenate(
+                [ops.reshape(of_memory, (batch, memory_length, H)),
+                 ops.reshape(of_segment, (batch, length, H))], axis=1), (-1, H))
+
+        return keys(memory_key, key), keys(memory_value, value)
 
     def _cached_keys(self, key, value, batch, length, padding_mask, causal, caches):
         """This call's `key` and `value` rows `(B*T, H)` written into the cache at
@@ -148,7 +186,8 @@ class Int8Attention:
         probabilities and the context; the rounded context rows `(B*q, H)`.
         `score_terms(query)`, given the (scaled) query heads `(B, n, q, d)`, returns the
         query the keys are scored with and a bias `(B, n, q, T)` added to the scores (or
-        `None`): the relative position and segment terms of XLNet's attention."""
+        `None`): the relative terms of Transformer-XL's and XLNet's attention
+        (`relative_score_terms`)."""
         score_quantizer, probability_quantizer, context_quantizer = quantizers
         batch, rows, length = sizes
         H = key.shape[-1]
@@ -175,19 +214,53 @@ class Int8Attention:
         return ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, H))  # (B*q, H)
 
 
-def _key_mask(padding_mask, length, causal):
-    """Which keys each query sees, `(B, 1, 1, T)` or `(B or 1, 1, T, T)` bool (`None`: all):
-    the real tokens of `padding_mask` `(B, T)` (or, `(B, T, T)`, the keys each query sees)
-    and, `causal`, keys `s <= t`."""
+def _key_mask(padding_mask, length, causal, memory_length=None):
+    """Which keys each query sees, `(B, 1, 1, T)` or `(B or 1, 1, q, T)` bool (`None`: all):
+    the real tokens of `padding_mask` `(B, T)` (or, `(B, q, T)`, the keys each query sees)
+    and, `causal`, keys `s <= t`. With `memory_length` `M` the queries are the last
+    `q = T - M` keys (query `t` is key `M + t`): causal, it sees keys `s <= M + t`."""
     mask = None
     if padding_mask is not None:
         mask = ops.cast(padding_mask, "bool")
         mask = mask[:, None] if len(mask.shape) == 3 else mask[:, None, None, :]
     if causal:
-        positions = ops.arange(length)
-        allowed = (positions[None, :] <= positions[:, None])[None, None]  # (1, 1, T, T)
+        keys = ops.arange(length)  # (T,)
+        queries = keys if memory_length is None else (
+            ops.arange(length - memory_length) + memory_length)  # (q,): their key positions
+        allowed = (keys[None, :] <= queries[:, None])[None, None]  # (1, 1, q, T)
         mask = allowed if mask is None else ops.logical_and(mask, allowed)
     return mask
+
+
+def relative_score_terms(attention, query_length, key_length):
+    """Transformer-XL's relative terms (Dai et al., 2019, §3.3) as `Int8Attention._attend`'s
+    `score_terms`, for `query_length` `T` queries, the last of `key_length` `S` keys
+    (`[memory; segment]`), from a `RelativeMultiHeadAttention`'s weights:
+
+        A_ij = (q_i + u)^T k_j + shift((q_i + v)^T W_{k,R} R)_ij
+
+    Given the query heads `(B, n, T, d)` (scaled by `1/sqrt(d)`, as the layout's query
+    columns are; the biases `u`, `v` are scaled alike), `terms` returns `q + u` (what the
+    int8 keys are scored with) and the position scores `(B, n, T, S)`: `(q + v) P` with
+    `P = (W_{k,R} R)^T` `(n, d, S + T - 1)` over the distances `S - 1 .. -(T - 1)` (the
+    float layer's table, exact causal or not; a constant of a fixed-length file), moved
+    onto the keys by `relative_shift`. Computed in float beside the int8 matmuls."""
+    scale = 1.0 / math.sqrt(attention.key_dim)
+
+    def bias(weight):  # (n, d) -> (1, n, 1, d), scaled
+        return ops.convert_to_tensor(weight)[None, :, None, :] * scale
+
+    table = relative_sinusoids(key_length - 1, key_length + query_length - 1,
+                               attention.position_dense.kernel.shape[0])  # (R, D)
+    positions = ops.einsum("rD,Dnd->ndr", table,
+                           ops.convert_to_tensor(attention.position_dense.kernel))  # (n, d, R)
+
+    def terms(query):
+        scores = ops.matmul(query + bias(attention.position_bias), positions)  # (B, n, T, R)
+        return (query + bias(attention.content_bias),
+                relative_shift(scores, key_length))  # (B, n, T, d), (B, n, T, S)
+
+    return terms
 
 
 def _cached_key_mask(padding_mask, index, length, keys, causal):

@@ -1,9 +1,14 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.encoder_int8_layout import EncoderInt8Layout
+from keras_attn.layers.int8_attention import relative_score_terms
+from keras_attn.layers.int8_layout_settings import check_layout_settings
 from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
+from keras_attn.layers.relative_multi_head_attention import _key_padding_mask
 from keras_attn.layers.transformer_block_base import FeedForwardMixin
 from keras_attn.layers.transformer_block_base import get_activation
+from keras_attn.layers.transformer_block_base import int8_block_weights
 from keras_attn.layers.transformer_block_base import resolve_key_dim
 from keras_attn.layers.transformer_block_base import serialize_activation
 from keras_attn.layers.validation import check_number_above
@@ -13,7 +18,7 @@ from keras_attn.layers.validation import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
+class TransformerXLBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
     """One Transformer-XL layer: relative attention over [memory; segment] + FFN.
 
     Dai et al., 2019, "Transformer-XL: Attentive Language Models Beyond a Fixed-Length
@@ -32,7 +37,8 @@ class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
     The memory for the next segment is this layer's *input* `h^{n-1}`, not its output:
     `new_memory = SG([m ∘ h][:, -memory_length:])`. Feeding it back at the next segment
     makes that segment's outputs equal to those of one causal pass over the
-    concatenated sequence, which relative positions make possible.
+    concatenated sequence, which relative positions make possible. (With `quantization`
+    and a float input the block rounds, it is that input as the int8 layout rounds it.)
 
     Args:
         num_heads: int, number of attention heads.
@@ -49,6 +55,16 @@ class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
         layer_norm_epsilon: float. Defaults to `1e-5`.
         norm_first: bool, pre-LN instead of post-LN. Defaults to `False`.
         kernel_initializer: initializer for every kernel. Defaults to `"glorot_uniform"`.
+        quantization: optional dict of int8 layout settings (`EncoderInt8Layout`, keys of
+            `int8_layout_settings.LAYOUT_DEFAULTS`): the block fake-quantized as BERT's
+            post-LN block (GPT's pre-LN one with `norm_first`): the int8 Q/K/V matmul
+            on the segment's rows and on the memory's (its keys and values, read at
+            their own int8 scale; pre-LN, `LN(memory)` at the segment's), the output and
+            feed-forward matmuls in int8, and the relative terms added to the scores in
+            float, `(q + u) k^T + shift((q + v) (W_{k,R} R)^T)` over the `M + T` keys
+            (`relative_score_terms`; `W_{k,R} R` a constant of a fixed-length file),
+            masked causally over memory and segment. `keras_attn.quantization.
+            quantize_model` sets it. Defaults to `None`.
 
     Call arguments:
         inputs: `(B, T, d_model)`, the current segment's hidden states `h^{n-1}`.
@@ -83,6 +99,7 @@ class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
         layer_norm_epsilon=1e-5,
         norm_first=False,
         kernel_initializer="glorot_uniform",
+        quantization=None,
         **kwargs,
     ):
         check_positive_int("num_heads", num_heads)
@@ -104,6 +121,9 @@ class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
         self.norm_first = norm_first
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
+        self.quantization = check_layout_settings(quantization)
+        if self.quantization is not None:
+            self._init_int8_layout(intermediate_dim, **self.quantization)
 
     # === Build ===
 
@@ -120,6 +140,9 @@ class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
             self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
         )
         self._build_feedforward(inputs_shape)
+        if self.quantization is not None:
+            self._check_int8_layout(inputs_shape[-1], key_dim)
+            self._build_int8_layout()
         self.built = True
 
     def _sublayer_kwargs(self):
@@ -142,7 +165,23 @@ class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
             inputs = ops.copy(inputs)  # consumed here: keep the sublayers from warning
         if memory is not None:
             memory = ops.cast(memory, inputs.dtype)  # (B, M, d)
+        if self.quantization is None:
+            x = self._float_call(inputs, memory, padding_mask, use_causal_mask, training)
+            remembered = inputs  # (B, T, d)
+        else:
+            x, remembered = self._int8_block_call(inputs, memory, padding_mask,
+                                                  use_causal_mask, training)
 
+        # === Memory for the next segment: this layer's inputs, newest last ===
+        if self.memory_length is None:
+            new_memory = remembered  # (B, T, d)
+        else:
+            history = remembered if memory is None else ops.concatenate(
+                [memory, remembered], axis=1)
+            new_memory = history[:, -self.memory_length:]  # (B, <= memory_length, d)
+        return x, ops.stop_gradient(new_memory)
+
+    def _float_call(self, inputs, memory, padding_mask, use_causal_mask, training):
         # === Relative self-attention over [SG(memory); inputs] ===
         x = inputs  # (B, T, d)
         attention_input, attention_memory = x, memory
@@ -159,15 +198,36 @@ class TransformerXLBlock(FeedForwardMixin, keras.layers.Layer):
             x = self.self_attention_layer_norm(x)
 
         # === Position-wise feed-forward ===
-        x = self._feedforward_sublayer(x, training)  # (B, T, d)
+        return self._feedforward_sublayer(x, training)  # (B, T, d)
 
-        # === Memory for the next segment: this layer's inputs, newest last ===
-        if self.memory_length is None:
-            new_memory = inputs  # (B, T, d)
-        else:
-            history = inputs if memory is None else ops.concatenate([memory, inputs], axis=1)
-            new_memory = history[:, -self.memory_length:]  # (B, <= memory_length, d)
-        return x, ops.stop_gradient(new_memory)
+    # === Int8 layout (`quantization`) ===
+
+    attention_dropout_layer = property(lambda self: self.self_attention.dropout_layer)
+    attention_output_dropout_layer = property(lambda self: self.self_attention_dropout)
+    feedforward_dropout_layer = property(lambda self: self.feedforward_dropout)
+
+    def _int8_weights(self):
+        return int8_block_weights(self, self.self_attention, self.self_attention_layer_norm)
+
+    def _int8_block_call(self, inputs, memory, padding_mask, causal, training):
+        """The layout's output `(B, T, d)`, and the inputs as its Q/K/V matmul reads them
+        (rounded by `input_quantizer` when the block rounds a float input): what the next
+        segment's memory holds, so that an int8 file stores it as QAT rounds it and rounds
+        nothing else for it."""
+        if memory is not None:
+            memory = ops.stop_gradient(memory)  # (B, M, d)
+        x = self._int8_call(inputs, _key_padding_mask(padding_mask, inputs, memory),
+                            training, causal=causal, memory=memory,
+                            score_terms=self._int8_score_terms(inputs, memory))  # (B, T, d)
+        if self.input_quantizer is None:
+            return x, inputs
+        return x, self.input_quantizer(inputs, training=False)  # the call set its range
+
+    def _int8_score_terms(self, inputs, memory):
+        """The relative terms of the scores of the `T` queries over the `M + T` keys."""
+        length = ops.shape(inputs)[1]  # T
+        keys = length if memory is None else ops.shape(memory)[1] + length  # M + T
+        return relative_score_terms(self.self_attention, length, keys)
 
     def compute_mask(self, inputs, mask=None, **kwargs):
         return (mask, None)

@@ -90,6 +90,18 @@ class TiedEmbeddingLogits(keras.layers.Layer):
             self.embedding().embeddings.assign(store["table"])
 
 
+def copy_head_tables(source, target):
+    """Gives the `TiedEmbeddingLogits` heads of `target`, a `from_config` copy of `source`
+    (`set_weights` done), the tables of `source`'s: a copy's quantized or table-saving head
+    reads a table of its own, which `set_weights` does not reach (it belongs to no layer of
+    the graph)."""
+    heads = [[layer for layer in model._flatten_layers(include_self=False)
+              if isinstance(layer, TiedEmbeddingLogits)] for model in (source, target)]
+    for original, copy in zip(*heads):
+        if copy.embedding() is not original.embedding():
+            copy.embedding().embeddings.assign(original.embedding().embeddings)
+
+
 class _Reference:
     """Holds a layer without Keras tracking it (no second owner of its weights)."""
 

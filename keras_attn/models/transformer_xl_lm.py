@@ -64,7 +64,8 @@ class TransformerXLLM(ModelConfig, keras.Model):
     `train_on_segments` and `predict_segments`; it does not fix the graph.
 
     Layer names: `token_embedding`, `embedding_dropout`, `transformer_xl_layer_{i}`,
-    `final_layer_norm` (pre-LN only), `output_dropout`.
+    `final_layer_norm` (pre-LN only), `output_dropout`, `memory_update`,
+    `memory_padding_mask_update`.
 
     Args:
         vocabulary_size: int, number of token ids `V`.
@@ -148,10 +149,8 @@ class TransformerXLLM(ModelConfig, keras.Model):
                 epsilon=layer_norm_epsilon, dtype=dtype, name="final_layer_norm"
             )
         output_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="output_dropout")
-        memory_updates = [
-            _AppendToMemory(dtype=dtype, name=f"memory_update_{i}") for i in range(num_layers)
-        ]
-        mask_update = _AppendToMemory(dtype=dtype, name="memory_padding_mask_update")
+        memory_update = MemoryUpdate(dtype=dtype, name="memory_update")
+        mask_update = AppendToMemory(dtype=dtype, name="memory_padding_mask_update")
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
@@ -162,21 +161,21 @@ class TransformerXLLM(ModelConfig, keras.Model):
         # Keys of every layer are [memory; segment]: the (B, M + T) mask covers both,
         # and its last M entries are the next segment's memory mask.
         segment_mask = ops.ones_like(token_ids)  # (B, T), every token of a segment is real
-        _, key_padding_mask, next_memory_padding_mask = mask_update(
+        key_padding_mask, next_memory_padding_mask = mask_update(
             memory_padding_mask, segment_mask
         )  # (B, M + T), (B, M)
         x = token_embedding(token_ids) * math.sqrt(hidden_dim)  # (B, T, d)
         x = embedding_dropout(x)
-        next_memories = []
+        states = []  # h^{n-1}: what each layer receives, its next memory's newest rows
         for i, block in enumerate(blocks):
-            # (B, M, d): the states layer i received before, and its next memory.
-            layer_memory, _, next_layer_memory = memory_updates[i](memory[:, i], x)
-            next_memories.append(next_layer_memory)
-            x, _ = block(x, memory=layer_memory, padding_mask=key_padding_mask)  # (B, T, d)
+            # memory[:, i] (B, M, d): the states layer i received before; `state` is its
+            # input x (B, T, d), as an int8 layout of the block reads it.
+            x, state = block(x, memory=memory[:, i], padding_mask=key_padding_mask)
+            states.append(state)
         if final_layer_norm is not None:
             x = final_layer_norm(x)
         logits = token_embedding(output_dropout(x), reverse=True)  # (B, T, V)
-        next_memory = ops.stack(next_memories, axis=1)  # (B, L, M, d)
+        next_memory = memory_update(memory, states)  # (B, L, M, d)
         inputs = {"token_ids": token_ids, "memory": memory,
                   "memory_padding_mask": memory_padding_mask}
         outputs = {"logits": logits, "memory": next_memory,
@@ -228,14 +227,7 @@ class TransformerXLLM(ModelConfig, keras.Model):
             `memory_padding_mask` int32 zeros `(B, M)` (no slot holds a real state yet);
             merge it into the inputs.
         """
-        check_positive_int("batch_size", batch_size)
-        memory_length = self._memory_length(memory_length)
-        return {
-            "memory": np.zeros(
-                (batch_size, self.num_layers, memory_length, self.hidden_dim), "float32"
-            ),
-            "memory_padding_mask": np.zeros((batch_size, memory_length), "int32"),
-        }
+        return empty_memory(self, batch_size, self._memory_length(memory_length))
 
     def train_on_segments(self, token_ids, segment_length, memory_length=None):
         """One pass of segment-level recurrent training over `(B, N)` token streams.
@@ -332,21 +324,61 @@ class TransformerXLLM(ModelConfig, keras.Model):
         return cls(**{**arguments, **overrides})
 
 
-class _AppendToMemory(keras.layers.Layer):
-    """A memory `(B, M, ...)` extended by a segment `(B, T, ...)`.
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MemoryUpdate(keras.layers.Layer):
+    """The next segment's memory of every layer: the newest `M` rows of `[m^{n-1} ∘ h^{n-1}]`.
 
-    Returns `(memory, [m ∘ s], [m ∘ s][T:])`: the memory itself, the history of keys
-    and its newest `M` entries (the memory for the next segment). A layer (rather than
-    ops in the functional graph) because `M` and `T` are only known when the model
-    runs; `M = 0` works. Part of `TransformerXLLM`'s graph, which its `__init__`
-    rebuilds, so it is neither exported nor registered.
+    Call arguments:
+        memory: `(B, L, M, d)`, the memories the segment was read with.
+        states: list of the `L` `(B, T, d)` inputs `h^{n-1}` of the layers.
+
+    Returns:
+        `(B, L, M, d)`, without gradient: layer `n`'s `[m ∘ h][T:]`.
+
+    One layer for the whole stack, so that a `quantize_model` copy rounds the memory it
+    returns once, at one int8 scale (its output quantizer; the int8 file's PACK and
+    CONCATENATION take one). Each layer's rows are `[m[:, min(T, M):] ∘ h[:, max(T - M,
+    0):]]`, which reads no row it drops: with `M = T` (a file at the training length) they
+    are `h` alone. Part of `TransformerXLLM`'s graph, which its `__init__` rebuilds;
+    registered because a `quantize_model` copy is a plain functional model that holds it.
+    Not exported.
+    """
+
+    def call(self, memory, states):
+        memory_length, segment_length = ops.shape(memory)[2], ops.shape(states[0])[1]
+        # The memory rows dropped, min(T, M): a Python int where the shapes are (JAX slices
+        # need one), a tensor where they are known at run time only (a TF graph).
+        static = isinstance(memory_length, int) and isinstance(segment_length, int)
+        kept = (min if static else ops.minimum)(segment_length, memory_length)
+        newest = [
+            ops.concatenate([memory[:, n, kept:],
+                             ops.cast(state, memory.dtype)[:, segment_length - kept:]], axis=1)
+            for n, state in enumerate(states)
+        ]  # L x (B, M, d)
+        return ops.stop_gradient(ops.stack(newest, axis=1))  # (B, L, M, d)
+
+    def compute_output_spec(self, memory, states):
+        return keras.KerasTensor(memory.shape, memory.dtype)
+
+    def get_config(self):
+        return super().get_config()  # no arguments (Keras' automatic one fails on a policy)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class AppendToMemory(keras.layers.Layer):
+    """A memory `(B, M, ...)` extended by a segment `(B, T, ...)`: `([m ∘ s], [m ∘ s][T:])`,
+    the history of keys and its newest `M` entries (the memory for the next segment).
+
+    A layer (rather than ops in the functional graph) because `M` and `T` are only known
+    when the model runs; `M = 0` works. `TransformerXLLM`'s padding masks (integers, no
+    rounding in a `quantize_model` copy); registered for that copy, not exported.
     """
 
     def call(self, memory, segment):
         segment = ops.cast(segment, memory.dtype)
         history = ops.concatenate([memory, segment], axis=1)  # (B, M + T, ...)
         newest = history[:, ops.shape(segment)[1]:]  # (B, M, ...)
-        return memory, history, ops.stop_gradient(newest)
+        return history, ops.stop_gradient(newest)
 
     def compute_output_spec(self, memory, segment):
         memory_length, segment_length = memory.shape[1], segment.shape[1]
@@ -355,10 +387,23 @@ class _AppendToMemory(keras.layers.Layer):
             history_length = memory_length + segment_length
         rest = tuple(memory.shape[2:])
         return (
-            keras.KerasTensor(memory.shape, memory.dtype),
             keras.KerasTensor((memory.shape[0], history_length) + rest, memory.dtype),
             keras.KerasTensor(memory.shape, memory.dtype),
         )
+
+    def get_config(self):
+        return super().get_config()  # no arguments (Keras' automatic one fails on a policy)
+
+
+def empty_memory(model, batch_size, memory_length):
+    """`{"memory": zeros (B, L, M, d), "memory_padding_mask": zeros (B, M)}` for a model with
+    `TransformerXLLM`'s `memory` input (its `quantize_model` copy too, which has no
+    `initial_memory`): no slot holds a real state yet."""
+    check_positive_int("batch_size", batch_size)
+    check_int("memory_length", memory_length, low=0, meaning="0 for no memory")
+    _, layers, _, hidden_dim = model.input["memory"].shape
+    return {"memory": np.zeros((batch_size, layers, memory_length, hidden_dim), "float32"),
+            "memory_padding_mask": np.zeros((batch_size, memory_length), "int32")}
 
 
 def _check_streams(token_ids, minimum_length):

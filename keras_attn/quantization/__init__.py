@@ -17,6 +17,7 @@ from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.quantization.quantized_model import QuantizedModel
+from keras_attn.quantization.quantized_weights import copy_quantized_weights
 
 __all__ = [
     "ActivationQuantizer",
@@ -28,6 +29,7 @@ __all__ = [
     "QuantizationRecipe",
     "QuantizedModel",
     "calibrate_model",
+    "copy_quantized_weights",
     "dequantize_model",
     "quantize_model",
 ]

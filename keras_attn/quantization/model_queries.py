@@ -6,10 +6,11 @@ from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.transformer_xl_block import TransformerXLBlock
 from keras_attn.layers.xlnet_block import XLNetBlock
 
 # keras-attn's blocks with an int8 layout (`EncoderInt8Layout`).
-BLOCKS = (TransformerEncoderBlock, TransformerDecoderBlock, XLNetBlock)
+BLOCKS = (TransformerEncoderBlock, TransformerDecoderBlock, XLNetBlock, TransformerXLBlock)
 
 
 def activation_quantizers(model):

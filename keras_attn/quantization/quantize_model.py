@@ -1,8 +1,7 @@
 """`quantize_model`: the quantization-aware form of a functional or `Sequential` Keras model
 of Keras layers and keras-attn's encoder blocks, decoder blocks (decoder-only or with
-cross-attention, with or without their caches), XLNet's blocks (content stream) and
-embeddings, nested models included (Transformer-XL's block, causal with a memory, is not yet
-known to it: it stays float, named in its warning).
+cross-attention, with or without their caches), XLNet's blocks (content stream),
+Transformer-XL's blocks (causal, with a memory) and embeddings, nested models included.
 
 The model is cloned (`keras.models.clone_model`) with every `Dense` replaced by a
 `QuantizedDense` (int8 weights, per output channel by default, and an int8 output; its bias
@@ -11,13 +10,15 @@ rounded at the int32 scale the file stores) and every last-axis `LayerNormalizat
 them) and every `Embedding` by a `QuantizedEmbedding` (its table rounded to the one int8
 scale the file's GATHER reads; a `ReversibleEmbedding` by a `QuantizedReversibleEmbedding`,
 whose logits read the same int8 table), every `TransformerEncoderBlock`,
-`TransformerDecoderBlock`, `XLNetBlock` and `TokenAndPositionEmbedding` by the same layer
+`TransformerDecoderBlock`, `XLNetBlock`, `TransformerXLBlock` and `TokenAndPositionEmbedding`
+by the same layer
 with its int8 layout (`quantization`), holding the same weights, an `ActivationQuantizer` on
 each float model input (the file's QUANTIZE) and after every other layer whose output the int8
 TFLite file stores in int8 (Jacob et al., 2018), the float `x * c`, `x + y` of a functional
 graph included (all-int8 only: a float residual stream keeps them float).
 `keras_attn.export.model_int8_tflite` writes the full-int8 file. Layers that keep their
-input's int8 scale (dropout, reshaping, slicing, max pooling) get none. A layer
+input's int8 scale (dropout, reshaping, slicing, max pooling, `TransformerXLLM`'s padding
+mask update) get none. A layer
 `quantize_model` does not know stays float, gets no quantizer and is named in a warning: the
 TFLite converter then calibrates its output (post-training), nothing is rounded in silence.
 
@@ -40,6 +41,7 @@ from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.crf import CRF
 from keras_attn.layers.feedforward_float_channels import ChannelRanges
 from keras_attn.layers.int8_layout_settings import check_feedforward_float_channels
+from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.quantized_dense import QuantizedDense
 from keras_attn.layers.quantized_dense import check_weight_quantization
 from keras_attn.layers.quantized_embedding import QuantizedEmbedding
@@ -49,6 +51,8 @@ from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEnc
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.validation import check_bool
 from keras_attn.models.gpt_causal_lm import TiedEmbeddingLogits
+from keras_attn.models.transformer_xl_lm import AppendToMemory
+from keras_attn.models.transformer_xl_lm import MemoryUpdate
 from keras_attn.quantization.crf_tagger_copy import with_crf_loss
 from keras_attn.quantization.model_queries import BLOCKS
 from keras_attn.quantization.model_queries import activation_quantizers
@@ -59,7 +63,7 @@ from keras_attn.quantization.quantization_ops import check_float_ops
 SCALE_KEEPING = (keras.layers.InputLayer, keras.layers.Dropout, keras.layers.Reshape,
                  keras.layers.Flatten, keras.layers.Permute, keras.layers.Cropping1D,
                  keras.layers.MaxPooling1D, keras.layers.GlobalMaxPooling1D,
-                 keras.layers.SpatialDropout1D)
+                 keras.layers.SpatialDropout1D, AppendToMemory)
 # Layers decoded outside the int8 file, in float (a CRF's Viterbi over the emissions): known,
 # no quantizer; the file holds the network up to them (`emissions_model`).
 DECODED_OUTSIDE = (CRF,)
@@ -73,7 +77,7 @@ ROUNDED = (keras.layers.LayerNormalization, keras.layers.Activation, keras.layer
            keras.layers.Add, keras.layers.Subtract, keras.layers.Multiply,
            keras.layers.Concatenate, keras.layers.Average, keras.layers.AveragePooling1D,
            keras.layers.GlobalAveragePooling1D, keras.layers.Softmax, keras.layers.Embedding,
-           keras.layers.Lambda, SinusoidalPositionEncoding)
+           keras.layers.Lambda, SinusoidalPositionEncoding, PositionEmbedding, MemoryUpdate)
 
 
 def quantize_model(model, weight_quantization="per_channel", decay=0.999,

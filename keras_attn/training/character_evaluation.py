@@ -19,6 +19,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.models.transformer_xl_lm import empty_memory
+
 
 def bits_per_character(nll, count):
     """Mean negative log2-likelihood: `nll` (nats, summed over `count` symbols) / ln 2.
@@ -87,14 +89,15 @@ def sliding_window_nll(model, ids, context, batch_size=64, limit=None):
 
 
 def segment_memory_nll(lm, ids, segment_length, memory_length, limit=None):
-    """Scores `ids[1:]` with a `TransformerXLLM` reading `ids` once in segments of
-    `segment_length`, each with a memory of `memory_length` hidden states per layer.
+    """Scores `ids[1:]` with a `TransformerXLLM` (or its `quantize_model` copy) reading
+    `ids` once in segments of `segment_length`, each with a memory of `memory_length` hidden
+    states per layer.
 
     Returns:
         `(nll, count, seconds)`.
     """
     ids, forward = _text_and_forward(lm, ids, limit)
-    state = lm.initial_memory(1, memory_length)
+    state = empty_memory(lm, 1, memory_length)
     inputs, targets = ids[:-1], ids[1:]
     for start in {0, (len(inputs) - 1) // segment_length * segment_length}:  # warm-up
         forward({"token_ids": inputs[start: start + segment_length][None], **state})

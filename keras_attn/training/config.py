@@ -31,8 +31,8 @@ from keras_attn.quantization.quantization_recipe import recipe_default
 from keras_attn.quantization.quantization_recipe import recipe_help
 from keras_attn.training.task_registry import BERT_CHECKPOINT_TASKS
 from keras_attn.training.task_registry import CHARACTER_LM_TASKS
-from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 from keras_attn.training.task_registry import PRETRAINING_TASKS
+from keras_attn.training.task_registry import QUANTIZATION_AWARE_TASKS
 from keras_attn.training.task_registry import TAGGING_TASKS
 from keras_attn.training.task_registry import TASK_NAMES
 
@@ -307,10 +307,7 @@ class TrainingConfig(_Section):
         if self.model.preset is None and self.model.checkpoint is None:
             raise ConfigError("`model.preset` or `model.checkpoint` is required (e.g. "
                               "preset: bert_tiny, or checkpoint: minilm).", self.source)
-        if self.model.checkpoint is not None and self.task not in BERT_CHECKPOINT_TASKS:
-            raise ConfigError(f"`model.checkpoint` imports BERT weights; task {self.task!r} "
-                              "trains a GPT or encoder-decoder model: use `model.preset`.",
-                              self.source)
+        self._check_checkpoint()
         if train.average_checkpoints == 1:
             raise ConfigError("`train.average_checkpoints: 1` averages nothing: give 0 (off) or "
                               "the number of last epochs to average (2 or more).", self.source)
@@ -340,14 +337,36 @@ class TrainingConfig(_Section):
                                   f"{{source: FILE, target: FILE}}. Received: data.{key}="
                                   f"{value!r}", self.source)
 
+    def _check_checkpoint(self):
+        """BERT weights are for the BERT tasks; the language models and the translation
+        Transformer may continue a run of their own task (more epochs, or quantization-aware
+        training); the others start from `model.preset`."""
+        checkpoint = self.model.checkpoint
+        if checkpoint is None or self.task in BERT_CHECKPOINT_TASKS:
+            return
+        if self.task not in QUANTIZATION_AWARE_TASKS:
+            raise ConfigError(f"`model.checkpoint` imports BERT weights or continues a run; "
+                              f"task {self.task!r} starts from `model.preset`.", self.source)
+        if checkpoint == "minilm" or not (pathlib.Path(checkpoint) / "model.keras").is_file():
+            raise ConfigError(f"task {self.task!r} continues a keras-attn train run of its "
+                              f"own task (a directory with model.keras); "
+                              f"model.checkpoint={checkpoint} is not one: give such a run, or "
+                              "`model.preset` to start from scratch.", self.source)
+
     def _check_quantization_keys(self):
         model = self.model
         if not model.quantization_aware:
             return
-        if self.task not in DEPLOYABLE_TASKS:
-            raise ConfigError("`model.quantization_aware` trains classifiers and taggers (BERT's "
-                              "and XLNet's) for int8 export. Received: "
+        if self.task not in QUANTIZATION_AWARE_TASKS:
+            raise ConfigError("`model.quantization_aware` trains the int8 copy of a trained "
+                              f"model of the tasks {list(QUANTIZATION_AWARE_TASKS)}; a "
+                              "pretraining task's model is fine-tuned first. Received: "
                               f"task={self.task!r}", self.source)
+        if model.intermediate_layer_losses or model.future_targets:
+            raise ConfigError("`model.quantization_aware` trains the plain language model: "
+                              "`model.intermediate_layer_losses` and `model.future_targets` "
+                              "(training-only heads) cannot be quantized; set them off.",
+                              self.source)
         if model.feedforward_float_channels and not model.float_residual:
             raise ConfigError("`model.feedforward_float_channels` needs "
                               "`model.float_residual: true` (or set it to 0)", self.source)

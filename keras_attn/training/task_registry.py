@@ -28,6 +28,8 @@ class TaskSpec:
             labels)`); a deployable task without it labels whole texts (`(batch, labels)`).
         deployable: a labelled BERT model (classifier or tagger): `keras-attn quantize`,
             `export`, `predict`, `explain` and `serve` take its runs.
+        quantization_aware: `model.quantization_aware` trains the `quantize_model` copy of
+            its model (continuing a float run of the task), which `keras-attn export` converts.
         metric: the metric a deployable task's runs and exports report (`None` otherwise:
             the task class names its own).
     """
@@ -40,6 +42,7 @@ class TaskSpec:
     character_tokenizer: bool = False
     token_labels: bool = False
     deployable: bool = False
+    quantization_aware: bool = False
     metric: str = None
 
     @property
@@ -60,15 +63,18 @@ class TaskSpec:
 
 TASK_SPECS = (
     TaskSpec("classification", "a BERT sentence classifier", bert_checkpoint=True,
-             fine_tunes_pretraining=True, deployable=True, metric="accuracy"),
+             fine_tunes_pretraining=True, deployable=True, quantization_aware=True,
+             metric="accuracy"),
     TaskSpec("ner", "a BERT token tagger (optionally with a CRF)", bert_checkpoint=True,
              fine_tunes_pretraining=True, token_labels=True, deployable=True,
-             metric="f1"),
+             quantization_aware=True, metric="f1"),
     TaskSpec("mlm", "a BERT masked language model", bert_checkpoint=True, pretraining=True),
-    TaskSpec("causal_lm", "a GPT language model", character_tokenizer=True),
-    TaskSpec("seq2seq", "an encoder-decoder Transformer"),
+    TaskSpec("causal_lm", "a GPT language model", character_tokenizer=True,
+             quantization_aware=True),
+    TaskSpec("seq2seq", "an encoder-decoder Transformer", quantization_aware=True),
     TaskSpec("permutation_lm", "an XLNet permutation language model", pretraining=True),
-    TaskSpec("transformer_xl_lm", "a Transformer-XL language model", character_tokenizer=True),
+    TaskSpec("transformer_xl_lm", "a Transformer-XL language model", character_tokenizer=True,
+             quantization_aware=True),
 )
 
 TASK_NAMES = tuple(spec.name for spec in TASK_SPECS)
@@ -107,6 +113,7 @@ FINE_TUNING_TASKS = tasks_with("fine_tunes_pretraining")
 PRETRAINING_TASKS = tasks_with("pretraining")
 CHARACTER_LM_TASKS = tasks_with("character_tokenizer")
 DEPLOYABLE_TASKS = tasks_with("deployable")
+QUANTIZATION_AWARE_TASKS = tasks_with("quantization_aware")
 TAGGING_TASKS = tasks_with("token_labels")
 
 

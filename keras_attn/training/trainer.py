@@ -13,11 +13,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import atomic_files
+from keras_attn.models.gpt_causal_lm import copy_head_tables
 from keras_attn.quantization.model_queries import activation_quantizers
 from keras_attn.quantization.model_queries import model_layout
 from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.quantization.quantize_model import calibrate_model
-from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.runs.overwrite_guard import check_train_output
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import lineage_of
@@ -374,12 +373,11 @@ class Trainer:
                          "clip what training grows, and on our measurements the loss stayed "
                          "at chance; train the float model first, then continue its run with "
                          "model.quantization_aware: true")
-            model = quantize_model(model, **self.quantization.layout())
             # Start the ranges from inference-mode min/max over a few training batches
             # (what the quantize stage's calibration does): an EMA started from one dropout
             # batch clipped MiniLM's outlier activations (docs/export.md).
             count = self.quantization.calibration_examples
-            calibrate_model(model, task.input_batches(count))
+            model = task.quantization_aware_copy(model, self.quantization.layout(), count)
             self.log(f"QAT activation ranges calibrated on "
                      f"{min(count, len(task.train_examples))} training examples "
                      "(inference mode)")
@@ -488,6 +486,7 @@ class Trainer:
             trained = task.inference_model(model)
             inference = trained.__class__.from_config(trained.get_config())
             inference.set_weights(trained.get_weights())
+            copy_head_tables(trained, inference)
             RunDirectory(self.output_dir).write_finish(inference, results)
             log(f"wrote {self.output_dir / 'model.keras'} and {self.output_dir / 'metrics.json'}"
                 f" in {format_duration(facts['wall_seconds_this_process'])}")

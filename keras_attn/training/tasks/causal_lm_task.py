@@ -8,11 +8,13 @@ import numpy as np
 from keras_attn.models.auxiliary_loss_lm import AuxiliaryLossLM
 from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.gpt_causal_lm import GPTCausalLM
+from keras_attn.quantization.model_queries import activation_quantizers
 from keras_attn.text.character_tokenizer import VOCABULARY_FILE
 from keras_attn.text.character_tokenizer import CharacterTokenizer
 from keras_attn.text.errors import DataError
 from keras_attn.text.text_lines import read_lines
 from keras_attn.text.tokenizer import WordPieceTokenizer
+from keras_attn.training.config import ConfigError
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length
@@ -103,10 +105,13 @@ class CausalLMTask(BertTask):
         return [read_character_text(path)] if self.characters else read_text_lines(path)
 
     def character_tokenizer(self, texts):
-        """This run's saved `characters.json` (a resumed run), else learned from `texts`."""
-        saved = self.output_dir / VOCABULARY_FILE
-        if saved.is_file():
-            return CharacterTokenizer.load(saved)
+        """The continued run's `characters.json` (its model reads those ids), this run's
+        (a resumed run), else learned from `texts`."""
+        trained = self.trained_run()
+        for saved in ([trained.path / VOCABULARY_FILE] if trained else []) + [
+                self.output_dir / VOCABULARY_FILE]:
+            if saved.is_file():
+                return CharacterTokenizer.load(saved)
         tokenizer = CharacterTokenizer.from_texts(texts, self.config.model.tokenizer)
         self.log(f"{self.config.model.tokenizer} vocabulary of {tokenizer.vocabulary_size()} "
                  f"symbols from {self.config.data.train}")
@@ -155,12 +160,44 @@ class CausalLMTask(BertTask):
         return model.intermediate_layer_losses or model.future_targets > 0
 
     def build_model(self):
+        trained = self.trained_model(GPTCausalLM, None, head=None,
+                                     hint="continue a causal_lm run of a GPTCausalLM")
+        if trained is not None:
+            if activation_quantizers(trained):
+                raise ConfigError(
+                    f"model.checkpoint={self.config.model.checkpoint} is a quantization-aware "
+                    "run: its loaded LM head reads a table of its own (no longer tied to the "
+                    "token embedding), so it cannot train on; continue its float run with "
+                    "model.quantization_aware: true instead", self.config.source)
+            self._check_continued_vocabulary(trained)
+            return self._with_auxiliary_losses(trained)
         model = self.config.model
         overrides = {"vocabulary_size": self.tokenizer.vocabulary_size(),
                      "max_sequence_length": self.config.data.max_length,
                      "dropout": model.dropout}
         overrides.update(model.overrides)
-        lm = GPTCausalLM(GPTBackbone.from_preset(model.preset, **overrides))
+        return self._with_auxiliary_losses(
+            GPTCausalLM(GPTBackbone.from_preset(model.preset, **overrides)))
+
+    def _check_continued_vocabulary(self, model):
+        """A continued run's model reads this run's ids: the tokenizer kind and vocabulary
+        size must be the trained run's."""
+        run = self.trained_run()
+        kind = run.tokenizer_settings().kind
+        if kind != self.config.model.tokenizer:
+            raise ConfigError(f"model.checkpoint={run.path} was trained with model.tokenizer: "
+                              f"{kind}; set model.tokenizer: {kind} to continue it",
+                              self.config.source)
+        logits = model.output["logits"] if isinstance(model.output, dict) else model.output
+        rows = logits.shape[-1]  # (B, T, V)
+        if rows != self.tokenizer.vocabulary_size():
+            raise ConfigError(f"model.checkpoint={run.path}: its model has {rows} vocabulary "
+                              f"rows, this run's tokenizer {self.tokenizer.vocabulary_size()} "
+                              "(use the run's vocabulary: model.vocabulary unset)",
+                              self.config.source)
+
+    def _with_auxiliary_losses(self, lm):
+        model = self.config.model
         if not self.auxiliary_losses:
             return lm
         return AuxiliaryLossLM(lm, intermediate_layer_losses=model.intermediate_layer_losses,

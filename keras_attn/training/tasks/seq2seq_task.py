@@ -11,6 +11,8 @@ from keras_attn.models.masked_sparse_categorical_crossentropy import (
     MaskedSparseCategoricalCrossentropy,
 )
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
+from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.errors import DataError
 from keras_attn.text.joined_word_pieces import JOINER_TOKEN
 from keras_attn.text.joined_word_pieces import JoinedWordPieces
@@ -19,10 +21,13 @@ from keras_attn.text.parallel_corpus import read_parallel_files
 from keras_attn.text.text_lines import read_lines
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.text.vocabulary import DEFAULT_RESERVED_TOKENS
+from keras_attn.training.config import ConfigError
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length
 from keras_attn.translation import Translator
+from keras_attn.translation_qat import CALIBRATION_SOURCES
+from keras_attn.translation_qat import QATTranslation
 
 # sacreBLEU's default corpus BLEU (13a tokenization, cased): the field's reported number.
 SACREBLEU = sacrebleu.metrics.BLEU()
@@ -102,6 +107,12 @@ class Seq2SeqTask(BertTask):
     cache, in one `tf.function`, detokenizes and scores sacreBLEU against the raw
     reference lines (cased, 13a), reporting its signature; also teacher-forced
     perplexity, token accuracy and decoding sentences/s.
+
+    `model.checkpoint: <a seq2seq run of a Seq2SeqTransformer>` continues that run (its
+    vocabulary and lower-casing); with `model.quantization_aware: true` the trainer
+    trains its `quantize_model` copy, which has no `beam_search`: evaluation decodes it
+    through `QATTranslation` (the float model's translation graphs quantized, holding the
+    QAT weights as they are at each evaluation).
     """
 
     name = "seq2seq"
@@ -121,7 +132,7 @@ class Seq2SeqTask(BertTask):
         self.pieces = JoinedWordPieces(self.tokenizer)
         self.bos_token_id = self.tokenizer.cls_token_id
         self.eos_token_id = self.tokenizer.sep_token_id
-        self.model = None
+        self.model = self.float_model = self._qat_translation = None
         self._translators = {}
         self.train_examples = self.encode(train)
         self.dev_examples = self.encode(self._read(data.dev)) if data.dev else None
@@ -157,14 +168,67 @@ class Seq2SeqTask(BertTask):
         return [len(e["source_ids"]) + len(e["target_ids"]) for e in examples]
 
     def build_model(self):
+        """A new model of `model.preset`, or the model of the run `model.checkpoint` names,
+        continued (a float `Seq2SeqTransformer`, or a quantization-aware run's QAT copy).
+        `self.float_model` is the float `Seq2SeqTransformer` whose translation graphs
+        decode a QAT copy (`translator`)."""
         model = self.config.model
-        overrides = {"vocabulary_size": self.tokenizer.vocabulary_size(),
-                     "dropout": model.dropout, **model.overrides}
-        if model.preset in ATTENTION_RNN_PRESETS:
-            self.model = AttentionRNNSeq2Seq.from_preset(model.preset, **overrides)
+        trained = self._continued_model()
+        if trained is not None:
+            self.model = trained
+        elif model.preset in ATTENTION_RNN_PRESETS:
+            if model.quantization_aware:
+                raise ConfigError(
+                    f"model.preset={model.preset} is an attention RNN: quantization-aware "
+                    "training and the int8 translation files are for Seq2SeqTransformer "
+                    "presets (transformer_*); set model.quantization_aware: false",
+                    self.config.source)
+            self.model = AttentionRNNSeq2Seq.from_preset(model.preset, **self._overrides())
         else:
-            self.model = Seq2SeqTransformer.from_preset(model.preset, **overrides)
+            self.model = Seq2SeqTransformer.from_preset(model.preset, **self._overrides())
+        self.float_model = self.model if not activation_quantizers(self.model) else \
+            _float_model_of(self.trained_run(), self.config.source)
         return self.model
+
+    def quantization_aware_copy(self, model, layout, count):
+        """The trainer's QAT copy of the float model, kept as `self.model`: what the
+        evaluation decodes (`translator`)."""
+        self.model = super().quantization_aware_copy(model, layout, count)
+        return self.model
+
+    def _overrides(self):
+        model = self.config.model
+        return {"vocabulary_size": self.tokenizer.vocabulary_size(), "dropout": model.dropout,
+                **model.overrides}
+
+    def _continued_model(self):
+        """The model of the seq2seq run `model.checkpoint` names (`None`: no such run): a
+        `Seq2SeqTransformer`, or the QAT copy of one when `model.quantization_aware` is set;
+        its output rows must be this run's vocabulary (the run's own)."""
+        run, source = self.trained_run(), self.config.source
+        if run is None:
+            return None
+        model = run.load_model()
+        quantized = bool(activation_quantizers(model))
+        if not quantized and not isinstance(model, Seq2SeqTransformer):
+            raise ConfigError(
+                f"model.checkpoint={run.path} holds a {type(model).__name__}: seq2seq continues "
+                "Seq2SeqTransformer runs only (quantization-aware training and the int8 "
+                "translation files need its encoder and decoding-step graphs); train the "
+                "attention RNN from model.preset instead", source)
+        if quantized and not self.config.model.quantization_aware:
+            raise ConfigError(
+                f"model.checkpoint={run.path} is a quantization-aware run: set "
+                "model.quantization_aware: true to continue it (or continue its float run)",
+                source)
+        rows = model.output.shape[-1]  # (B, T, V) logits
+        if rows != self.tokenizer.vocabulary_size():
+            raise ConfigError(
+                f"model.checkpoint={run.path}: its model has {rows} vocabulary rows, this "
+                f"run's tokenizer {self.tokenizer.vocabulary_size()} (the run's vocab.txt "
+                "was changed)", source)
+        self.log(f"continuing from the trained model {run.path / 'model.keras'}")
+        return model
 
     def loss(self):
         return MaskedSparseCategoricalCrossentropy(
@@ -199,9 +263,29 @@ class Seq2SeqTask(BertTask):
                     "length_penalty": train.eval_length_penalty, **decoding}
         key = tuple(sorted(decoding.items()))
         if key not in self._translators:
-            self._translators[key] = Translator(self.model, self.pieces, data.max_length,
-                                                data.target_max_length, **decoding)
+            self._translators[key] = Translator(self._decoded_model(), self.pieces,
+                                                data.max_length, data.target_max_length,
+                                                **decoding)
+        if self._qat_translation is not None:
+            self._qat_translation.refresh()  # the QAT model's weights as they are now
         return self._translators[key]
+
+    def _decoded_model(self):
+        """The model the `Translator` decodes: the task's model, or for its QAT copy (a
+        quantization-aware run: `quantization_aware_copy`, or a QAT run continued) the
+        `QATTranslation` over the float model's quantized translation graphs, calibrated
+        once."""
+        if not activation_quantizers(self.model):
+            return self.model
+        if self._qat_translation is None:
+            sources = [e["source_ids"] for e in self.calibration_sample(CALIBRATION_SOURCES)]
+            self._qat_translation = QATTranslation(
+                self.model, self.float_model, sources, self.tokenizer,
+                1 + self.config.data.target_max_length)
+            self.log("decoding the QAT model through its quantized translation graphs "
+                     f"(calibrated on {len(sources)} training sources; ranges calibrated "
+                     f"only: {', '.join(self._qat_translation.calibrated_only)})")
+        return self._qat_translation
 
     def evaluate(self, predict, examples, batch_size):
         total_nll, correct, count = 0.0, 0, 0
@@ -224,3 +308,31 @@ class Seq2SeqTask(BertTask):
                 "decoding_sentences_per_second": round(len(examples) / seconds, 2),
                 "examples": [{"reference": examples[i]["reference"],
                               "hypothesis": hypotheses[i]} for i in range(min(3, len(examples)))]}
+
+
+def float_run(run):
+    """The float run that the quantization-aware run `run` continues (through QAT runs
+    continuing QAT runs; `run` itself when it is not quantization-aware), or `None` when
+    that run is gone."""
+    while run.lineage().quantization is not None:
+        origin = run.lineage().source
+        if origin is None or not RunDirectory(origin).is_run():
+            return None
+        run = RunDirectory(origin)
+    return run
+
+
+def _float_model_of(run, source):
+    """The float `Seq2SeqTransformer` of the quantization-aware run `run` (`float_run`)."""
+    origin = float_run(run)
+    if origin is None:
+        raise ConfigError(
+            f"{run.path} is a quantization-aware run whose float run "
+            f"({run.lineage().source}) is gone: its translations are decoded through that "
+            "Seq2SeqTransformer's graphs; continue a float seq2seq run with "
+            "model.quantization_aware: true instead", source)
+    model = origin.load_model()
+    if not isinstance(model, Seq2SeqTransformer):
+        raise ConfigError(f"{origin.path}: holds a {type(model).__name__}, not the "
+                          "Seq2SeqTransformer a quantization-aware run continues", source)
+    return model

@@ -13,6 +13,8 @@ from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.quantization.model_queries import activation_quantizers
 from keras_attn.quantization.model_queries import max_sequence_length
+from keras_attn.quantization.quantize_model import calibrate_model
+from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import TokenizerSettings
 from keras_attn.runs.run_directory import continued_run
@@ -128,6 +130,14 @@ class Task(abc.ABC):
         """The `TokenizerSettings` in effect, recorded as the run's `tokenizer.json`."""
         return TokenizerSettings(kind=self.config.model.tokenizer, lowercase=self.lowercase,
                                  max_length=self.config.data.max_length)
+
+    def quantization_aware_copy(self, model, layout, count):
+        """The quantization-aware copy of the model `build_model` returned,
+        `quantize_model(model, **layout)`, calibrated on `count` training examples (a task
+        training a wrapper copies what it wraps)."""
+        copy = quantize_model(model, **layout)
+        calibrate_model(copy, self.input_batches(count))
+        return copy
 
     def inference_model(self, model):
         """The model to save and export from the trained `model` (a task may train a
@@ -255,10 +265,11 @@ class BertTask(Task):
         """A trained run's task model: a `model_class` (a class, or a tuple of them: BERT's
         and XLNet's) with `num_outputs` classes or tags (`None`: a model without label
         outputs, e.g. `BertMaskedLM`) and attributes equal to `expected` (a model without
-        such an attribute has it `False`), or the `quantize_model` copy (with that `head`) of
-        a quantization-aware run; its input length must cover `data.max_length` (XLNet's
-        relative positions have no limit). `hint` ends the error for a model of another
-        class. `None` when `model.checkpoint` is not a run directory."""
+        such an attribute has it `False`), or the `quantize_model` copy (with that `head`;
+        `None`: any, e.g. a language model's) of a quantization-aware run; its input length
+        must cover `data.max_length` (XLNet's relative positions have no limit). `hint` ends
+        the error for a model of another class. `None` when `model.checkpoint` is not a run
+        directory."""
         run = self.trained_run()
         if run is None:
             return None
@@ -268,7 +279,8 @@ class BertTask(Task):
             logits = model.output["logits"] if isinstance(model.output, dict) else model.output
             found = {"head": "token_classification" if len(logits.shape) == 3
                      else "classification", "num_outputs": logits.shape[-1]}
-            wanted = {"head": head, "num_outputs": num_outputs}
+            wanted = {key: value for key, value in
+                      (("head", head), ("num_outputs", num_outputs)) if value is not None}
             limit = max_sequence_length(model)
         elif isinstance(model, model_class):
             found = {k: getattr(model, k, False) for k in expected}
@@ -276,7 +288,7 @@ class BertTask(Task):
             if num_outputs is not None:
                 found["num_outputs"] = output_count(model)
                 wanted["num_outputs"] = num_outputs
-            limit = getattr(model.backbone, "max_sequence_length", None)
+            limit = getattr(getattr(model, "backbone", model), "max_sequence_length", None)
         else:
             classes = model_class if isinstance(model_class, tuple) else (model_class,)
             raise ConfigError(

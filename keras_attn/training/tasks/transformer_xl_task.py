@@ -8,6 +8,9 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn.models.transformer_xl_lm import TransformerXLLM
+from keras_attn.models.transformer_xl_lm import empty_memory
+from keras_attn.quantization.quantize_model import calibrate_model
+from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.text.errors import DataError
 from keras_attn.training.batch_stream import BatchStream
 from keras_attn.training.character_evaluation import segment_memory_nll
@@ -59,8 +62,8 @@ class MemoryCarryingLM(keras.Model):
 
     def __init__(self, lm, batch_size, memory_length, **kwargs):
         super().__init__(**kwargs)
-        self.lm = lm
-        shape = (batch_size, lm.num_layers, memory_length, lm.hidden_dim)
+        self.lm = lm  # a TransformerXLLM or its quantize_model copy
+        shape = empty_memory(lm, batch_size, memory_length)["memory"].shape  # (B, L, M, d)
         self.memory = keras.Variable(np.zeros(shape, "float32"), trainable=False,
                                      synchronization="on_read",
                                      aggregation="only_first_replica", name="memory")
@@ -153,10 +156,36 @@ class TransformerXLTask(CausalLMTask):
 
     def build_model(self):
         model = self.config.model
-        lm = TransformerXLLM.from_preset(
-            model.preset, **{"vocabulary_size": self.tokenizer.vocabulary_size(),
-                             "memory_length": max(1, self.memory_length),
-                             "dropout": model.dropout, **model.overrides})
+        lm = self.trained_model(TransformerXLLM, None, head=None,
+                                hint="continue a transformer_xl_lm run")
+        if lm is not None:
+            self._check_continued_vocabulary(lm)
+        else:
+            lm = TransformerXLLM.from_preset(
+                model.preset, **{"vocabulary_size": self.tokenizer.vocabulary_size(),
+                                 "memory_length": max(1, self.memory_length),
+                                 "dropout": model.dropout, **model.overrides})
+        return self._memory_model(lm)
+
+    def quantization_aware_copy(self, model, layout, count):
+        """The memory-carrying model of the `quantize_model` copy of the LM it carries,
+        calibrated on the first segments of the training streams (about `count` of them),
+        each with the memory the float LM left (a copy calibrated on empty memories would
+        start with no range for them)."""
+        lm, batch = model.lm, self.batch_size
+        state = empty_memory(lm, batch, self.memory_length)
+        batches = []
+        for k in range(max(1, min(count, len(self.train_examples)) // batch)):
+            x, _, _ = self.collate(self.train_examples[k * batch:(k + 1) * batch])
+            batches.append({"token_ids": x["token_ids"], **state})
+            out = lm(batches[-1], training=False)
+            state = {"memory": ops.convert_to_numpy(out["memory"]),
+                     "memory_padding_mask": ops.convert_to_numpy(out["memory_padding_mask"])}
+        copy = quantize_model(lm, **layout)
+        calibrate_model(copy, batches)
+        return self._memory_model(copy)
+
+    def _memory_model(self, lm):
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         self.memory_model = MemoryCarryingLM(lm, self.batch_size // replicas,
                                              self.memory_length)
