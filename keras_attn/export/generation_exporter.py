@@ -53,6 +53,7 @@ from keras_attn.quantization.quantized_weights import copy_quantized_weights
 from keras_attn.runs.export_directory import CARD_FILE
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import qat_source_runs
 from keras_attn.text_generation import GENERATION_TASK
 from keras_attn.text_generation import TextGenerator
 from keras_attn.training.tasks.causal_lm_task import read_character_text
@@ -93,7 +94,7 @@ def export_generation_run(run_dir, output_dir, eval_split="auto", max_eval_examp
         The report dict (also written as `export_report.json` and `.md`).
     """
     log = log or (lambda message: None)
-    run, qat = source_runs(RunDirectory(run_dir), qat_run)
+    run, qat = qat_source_runs(RunDirectory(run_dir), qat_run, GENERATION_TASK)
     generator = TextGenerator.from_run(run.path)
     model, codec = generator.model, generator.codec
     if not isinstance(model, GPTCausalLM):
@@ -144,28 +145,6 @@ def export_generation_run(run_dir, output_dir, eval_split="auto", max_eval_examp
     atomic_files.write_bytes(output / codec.vocabulary_file, codec.vocabulary_bytes())
     export.write_report(report, report_markdown(report))
     return report
-
-
-def source_runs(run, qat_run, task=GENERATION_TASK, error=GenerationExportError):
-    """`(float run, QAT run or None)`: `run` and `qat_run`, or the float run that `run`
-    continues when `run` is itself quantization-aware; a `qat_run` that is not a
-    quantization-aware run of `task` is an `error`."""
-    if qat_run is None and run.is_run() and run.lineage().quantization is not None:
-        source = run.lineage().source
-        if source is None or not RunDirectory(source).is_run():
-            raise error(
-                f"{run.path} is a quantization-aware run whose float run ({source}) is gone: "
-                f"export the float run with --qat-run {run.path}")
-        return RunDirectory(source), run
-    if qat_run is None:
-        return run, None
-    qat = RunDirectory(qat_run)
-    if not qat.is_run() or qat.lineage().quantization is None or qat.task != task:
-        raise error(
-            f"--qat-run {qat.path} is not a quantization-aware {task} run (a "
-            f"keras-attn train run with model.checkpoint: {run.path} and "
-            "model.quantization_aware: true)")
-    return run, qat
 
 
 def _qat_model(qat, model):

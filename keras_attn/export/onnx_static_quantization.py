@@ -59,16 +59,7 @@ def quantize_onnx_static(src, dst, batches, per_channel=True):
     >>> OnnxRunner(dst)(x).shape
     (1, 3)
     """
-    if not isinstance(src, (str, os.PathLike)) or not os.path.isfile(src):
-        raise ValueError(f"`src` must be an existing ONNX file. Received: src={src!r}")
-    if not isinstance(dst, (str, os.PathLike)) or (
-            os.path.abspath(os.fspath(src)) == os.path.abspath(os.fspath(dst))):
-        raise ValueError("`dst` must be a path other than `src`. "
-                         f"Received: src={src!r}, dst={dst!r}")
-    batches = list(batches)
-    if not batches:
-        raise ValueError("`batches` must hold at least one input dict (the calibration "
-                         "data). Received: batches=[]")
+    batches = _checked_arguments(src, dst, batches)
     # Imported on use: onnxruntime's quantization tools take ~1.8 s to import (see
     # `quantize_onnx_dynamic`).
     from onnxruntime.quantization import CalibrationDataReader
@@ -102,3 +93,18 @@ def quantize_onnx_static(src, dst, batches, per_channel=True):
     finally:
         root.removeFilter(drop_pre_processing_advice)
     return os.fspath(dst)
+
+
+def _checked_arguments(src, dst, batches):
+    """`batches` as a list, after checking the three arguments of `quantize_onnx_static`."""
+    if not isinstance(src, (str, os.PathLike)) or not os.path.isfile(src):
+        raise ValueError(f"`src` must be an existing ONNX file. Received: src={src!r}")
+    if not isinstance(dst, (str, os.PathLike)) or (
+            os.path.abspath(os.fspath(src)) == os.path.abspath(os.fspath(dst))):
+        raise ValueError("`dst` must be a path other than `src`. "
+                         f"Received: src={src!r}, dst={dst!r}")
+    batches = list(batches)
+    if not batches:
+        raise ValueError("`batches` must hold at least one input dict (the calibration "
+                         "data). Received: batches=[]")
+    return batches

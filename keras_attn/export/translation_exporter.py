@@ -42,7 +42,6 @@ import sacrebleu
 
 from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
-from keras_attn.export.generation_exporter import source_runs
 from keras_attn.export.tflite_export import bucket_lengths
 from keras_attn.export.tflite_metadata import append_associated_files
 from keras_attn.export.translation_onnx_export import export_translation_onnx
@@ -61,8 +60,8 @@ from keras_attn.runs.export_directory import CARD_FILE
 from keras_attn.runs.export_directory import VOCAB_FILE
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.run_directory import RunDirectory
+from keras_attn.runs.run_directory import qat_source_runs
 from keras_attn.text.labelled_examples import calibration_sample
-from keras_attn.training.tasks.seq2seq_task import float_run
 from keras_attn.training.tasks.seq2seq_task import read_split_pairs
 from keras_attn.translation import TRANSLATION_TASK
 from keras_attn.translation import Translator
@@ -100,9 +99,7 @@ def export_translation_run(run_dir, output_dir, eval_split="auto", max_eval_exam
     ...                        qat_run="runs/m30k_qat")  # doctest: +SKIP
     """
     log = log or (lambda message: None)
-    run, qat = source_runs(RunDirectory(run_dir), qat_run, TRANSLATION_TASK,
-                           TranslationExportError)
-    run = _float_run(run)
+    run, qat = qat_source_runs(RunDirectory(run_dir), qat_run, TRANSLATION_TASK)
     translator = Translator.from_run(run.path)
     if not isinstance(translator.model, Seq2SeqTransformer):
         raise TranslationExportError(
@@ -170,17 +167,6 @@ def _card(config, translator, source_lengths):
 def _file_names(path):
     """The file names of an artifact: a `.tflite` file, or an ONNX encoder and its step."""
     return [path.name] + ([step_path(path).name] if path.suffix == ".onnx" else [])
-
-
-def _float_run(run):
-    """`run`, or for a quantization-aware run continuing another (`source_runs` gives it)
-    the float run at the start of its lineage."""
-    origin = float_run(run) if run.is_run() else run
-    if origin is None:
-        raise TranslationExportError(
-            f"{run.path} is a quantization-aware run whose float run "
-            f"({run.lineage().source}) is gone: export a float seq2seq run with --qat-run")
-    return origin
 
 
 def _int8_graphs(graphs, translator, config, qat, sources, references, log):

@@ -4,9 +4,8 @@ import keras
 from keras import ops
 
 from keras_attn.layers.encoder_int8_layout import EncoderInt8Layout
+from keras_attn.layers.int8_attention import relative_score_terms
 from keras_attn.layers.int8_layout_settings import check_layout_settings
-from keras_attn.layers.relative_multi_head_attention import relative_shift
-from keras_attn.layers.relative_multi_head_attention import relative_sinusoids
 from keras_attn.layers.transformer_block_base import FeedForwardMixin
 from keras_attn.layers.transformer_block_base import get_activation
 from keras_attn.layers.transformer_block_base import int8_block_weights
@@ -170,28 +169,20 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
         `T-1 .. -(T-1)` and `s_ij` whether tokens `i` and `j` are in different segments
         (`TwoStreamRelativeAttention` without memory)."""
         attention = self.attention
-        scale = 1.0 / math.sqrt(attention.key_dim)
         length = ops.shape(inputs)[1]
-
-        def bias(weight):  # (n, d) -> (1, n, 1, d), scaled
-            return ops.convert_to_tensor(weight)[None, :, None, :] * scale
-
-        table = relative_sinusoids(length - 1, 2 * length - 1,
-                                   attention.position_dense.kernel.shape[0])  # (R, D)
-        positions = ops.einsum("rD,Dnd->ndr", table,
-                               attention.position_dense.kernel)  # (n, d, R)
+        relative = relative_score_terms(attention, length, length)  # Transformer-XL's terms
+        segment_bias = ops.convert_to_tensor(attention.segment_bias)[None, :, None, :] / \
+            math.sqrt(attention.key_dim)  # (1, n, 1, d), scaled as the query
         segments = ops.transpose(attention.segment_embedding, (1, 2, 0))  # (n, d, 2)
         different = different_segments(segment_ids, inputs, inputs)  # (B, T, T) or None
 
         def terms(query):
-            scores = ops.matmul(query + bias(attention.position_bias), positions)  # (B, n, T, R)
-            scores = relative_shift(scores, length)  # (B, n, T, T)
+            content, scores = relative(query)  # (B, n, T, d), (B, n, T, T)
             if different is not None:
-                segment_scores = ops.matmul(query + bias(attention.segment_bias),
-                                            segments)  # (B, n, T, 2)
+                segment_scores = ops.matmul(query + segment_bias, segments)  # (B, n, T, 2)
                 scores = scores + ops.where(different[:, None], segment_scores[..., 1:],
                                             segment_scores[..., :1])  # (B, n, T, T)
-            return query + bias(attention.content_bias), scores
+            return content, scores
 
         return terms
 

@@ -272,6 +272,17 @@ class RunDirectory:
             return Lineage(**_read_json(self.path / "lineage.json"))
         return lineage_of(self._recorded().get("model", {}).get("checkpoint"))
 
+    def float_run(self):
+        """The float run at the start of a quantization-aware run's lineage (through QAT
+        runs continuing QAT runs; the run itself when it is not quantization-aware), or
+        `None` when that run is gone."""
+        run = self
+        while (lineage := run.lineage()).quantization is not None:
+            if lineage.source is None or not RunDirectory(lineage.source).is_run():
+                return None
+            run = RunDirectory(lineage.source)
+        return run
+
     # --- writing (training and quantize stages) -----------------------------------------
 
     def write_start(self, config, tokenizer_settings, lineage):
@@ -309,6 +320,30 @@ def continued_run(checkpoint):
         return None
     run = RunDirectory(checkpoint)
     return run if run.is_run() else None
+
+
+def qat_source_runs(run, qat_run, task):
+    """`(float run, QAT run or None)` of an export of `run` (a `RunDirectory`) with the
+    optional `--qat-run` `qat_run` of `task`: a quantization-aware `run` exported alone is
+    its own QAT run, its lineage's float run the source. A `RunDirectoryError` names a QAT
+    run whose float run is gone, and a `qat_run` that is not a QAT run of `task`."""
+    qat = None
+    if qat_run is not None:
+        qat = RunDirectory(qat_run)
+        if not qat.is_run() or qat.lineage().quantization is None or qat.task != task:
+            raise RunDirectoryError(
+                f"--qat-run {qat.path} is not a quantization-aware {task} run (a keras-attn "
+                f"train run with model.checkpoint: {run.path} and "
+                "model.quantization_aware: true)")
+    elif run.is_run() and run.lineage().quantization is not None:
+        qat = run
+    source = run.float_run() if run.is_run() else run
+    if source is None:
+        raise RunDirectoryError(
+            f"{run.path} is a quantization-aware run whose float run "
+            f"({run.lineage().source}) is gone: export a float {task} run with --qat-run "
+            f"{run.path}")
+    return source, qat
 
 
 def lineage_of(checkpoint, quantization=None):

@@ -12,7 +12,6 @@ from keras_attn.models.masked_sparse_categorical_crossentropy import (
 )
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 from keras_attn.quantization.model_queries import activation_quantizers
-from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.errors import DataError
 from keras_attn.text.joined_word_pieces import JOINER_TOKEN
 from keras_attn.text.joined_word_pieces import JoinedWordPieces
@@ -310,21 +309,10 @@ class Seq2SeqTask(BertTask):
                               "hypothesis": hypotheses[i]} for i in range(min(3, len(examples)))]}
 
 
-def float_run(run):
-    """The float run that the quantization-aware run `run` continues (through QAT runs
-    continuing QAT runs; `run` itself when it is not quantization-aware), or `None` when
-    that run is gone."""
-    while run.lineage().quantization is not None:
-        origin = run.lineage().source
-        if origin is None or not RunDirectory(origin).is_run():
-            return None
-        run = RunDirectory(origin)
-    return run
-
-
 def _float_model_of(run, source):
-    """The float `Seq2SeqTransformer` of the quantization-aware run `run` (`float_run`)."""
-    origin = float_run(run)
+    """The float `Seq2SeqTransformer` of the quantization-aware run `run`
+    (`RunDirectory.float_run`)."""
+    origin = run.float_run()
     if origin is None:
         raise ConfigError(
             f"{run.path} is a quantization-aware run whose float run "
