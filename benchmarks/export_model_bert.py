@@ -40,8 +40,8 @@ from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_model import ModelFile
 from keras_attn.export.export_model import Predictions
 from keras_attn.export.export_model import export_model
-from keras_attn.export.tflite_export import export_tflite
-from keras_attn.export.tflite_runtime import run_tflite
+from keras_attn.export.tflite.tflite_export import export_tflite
+from keras_attn.export.tflite.tflite_runtime import run_tflite
 from keras_attn.machine import cpu_description
 from keras_attn.models import BertClassifier
 from keras_attn.models import BertTokenClassifier

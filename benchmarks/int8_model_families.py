@@ -26,8 +26,8 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_attn import layers
 from keras_attn.checkpoints.hf_bert import load_hf_bert
-from keras_attn.export.model_int8_tflite import export_model_fp32_tflite
-from keras_attn.export.model_int8_tflite import export_model_int8_tflite
+from keras_attn.export.tflite.model_int8_tflite import export_model_fp32_tflite
+from keras_attn.export.tflite.model_int8_tflite import export_model_int8_tflite
 from keras_attn.models import GPTBackbone
 from keras_attn.models import GPTCausalLM
 from keras_attn.models import Seq2SeqTransformer

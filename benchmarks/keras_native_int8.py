@@ -28,7 +28,7 @@ import tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
-from keras_attn.inference.predictor import load_predictor  # noqa: E402
+from keras_attn.stages.inference.predictor import load_predictor  # noqa: E402
 
 _SPEC = importlib.util.spec_from_file_location(
     "web_accuracy", pathlib.Path(__file__).with_name("web_accuracy.py"))

@@ -558,10 +558,10 @@ def export_contender(name, config, out_dir, calibration_examples=16):
     Returns:
         Dict variant -> `{"path", "size_bytes", "ops"}`, with `onnx` for the ONNX file.
     """
-    from keras_attn.export.onnx_export import export_onnx
-    from keras_attn.export.tflite_export import check_builtins_only
-    from keras_attn.export.tflite_export import export_tflite
-    from keras_attn.export.tflite_export import tflite_op_report
+    from keras_attn.export.onnx.onnx_export import export_onnx
+    from keras_attn.export.tflite.tflite_export import check_builtins_only
+    from keras_attn.export.tflite.tflite_export import export_tflite
+    from keras_attn.export.tflite.tflite_export import tflite_op_report
 
     os.makedirs(out_dir, exist_ok=True)
     model = build_contender(name, config)
@@ -581,7 +581,7 @@ def export_contender(name, config, out_dir, calibration_examples=16):
             artifacts[variant] = {"path": info["path"], "size_bytes": info["size_bytes"],
                                   "ops": info["ops"]}
     else:
-        from keras_attn.export import _convert_worker
+        from keras_attn.export.tflite import _convert_worker
 
         rows = {key: np.stack([b[key][i:i + 1] for b in batches for i in range(len(b[key]))])
                 for key in batches[0]}  # (N, 1, T)
@@ -623,8 +623,8 @@ def measure_latency(artifacts, sequence_length, threads=1, runs=50, rounds=3, se
     Returns:
         The artifacts with `p50_ms` (median over rounds) and `round_p50_ms` added.
     """
-    from keras_attn.export.onnx_export import OnnxRunner
-    from keras_attn.export.tflite_runtime import benchmark_tflite
+    from keras_attn.export.onnx.onnx_runner import OnnxRunner
+    from keras_attn.export.tflite.tflite_runtime import benchmark_tflite
 
     rng = np.random.default_rng(seed)
     feed = {"token_ids": rng.integers(*LATENCY_TOKEN_IDS, (1, sequence_length)).astype("int32"),

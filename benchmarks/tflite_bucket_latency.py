@@ -21,9 +21,9 @@ import tempfile
 import numpy as np
 
 from keras_attn.export.length_buckets import bucket_latency
-from keras_attn.export.tflite_export import bucket_lengths
-from keras_attn.export.tflite_export import export_tflite
-from keras_attn.export.tflite_runtime import run_tflite
+from keras_attn.export.tflite.tflite_export import bucket_lengths
+from keras_attn.export.tflite.tflite_export import export_tflite
+from keras_attn.export.tflite.tflite_runtime import run_tflite
 from keras_attn.machine import cpu_description
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.classification_reader import ClassificationReader

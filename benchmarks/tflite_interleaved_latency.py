@@ -41,9 +41,9 @@ import time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_attn.export.tflite_float_ops import xnnpack_partitions
-from keras_attn.export.tflite_runtime import default_signature_key
-from keras_attn.export.tflite_runtime import default_signature_runner
+from keras_attn.export.tflite.tflite_float_ops import xnnpack_partitions
+from keras_attn.export.tflite.tflite_runtime import default_signature_key
+from keras_attn.export.tflite.tflite_runtime import default_signature_runner
 from keras_attn.machine import cpu_description
 
 

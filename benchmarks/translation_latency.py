@@ -22,9 +22,9 @@ import statistics
 import sys
 import time
 
-from keras_attn.inference.translation_file import TranslationFile
-from keras_attn.inference.translation_file import runtime_translator
-from keras_attn.inference.translation_onnx import TranslationOnnx
+from keras_attn.export.onnx.translation_onnx import TranslationOnnx
+from keras_attn.export.tflite.translation_file import TranslationFile
+from keras_attn.export.tflite.translation_file import runtime_translator
 from keras_attn.machine import cpu_description
 from keras_attn.text.text_lines import read_lines
 

@@ -7,7 +7,7 @@ web developer would pick instead, in one run.
 Each export directory's task (its `model_card.json`) picks the data: SST-2 dev for a
 classifier, CoNLL-2003 test for a tagger (`--sst2`, `--conll`; read in place). `--sentences`
 are sampled from it (seed `--seed`) and tokenized here, in Python, with the export's own
-tokenizer (`keras_attn.inference.load_predictor`; a tagger's words split as `predict` does),
+tokenizer (`keras_attn.stages.inference.load_predictor`; a tagger's words split as `predict` does),
 cut to the card's sequence length; the page receives the token ids and times only the model
 call (input tensors made, run, output read). The routes, one page per runtime setting:
 
@@ -55,9 +55,9 @@ import urllib.parse
 
 import numpy as np
 
-from keras_attn.inference.predictor import load_predictor
 from keras_attn.machine import cpu_description
 from keras_attn.runs import ExportDirectory
+from keras_attn.stages.inference.predictor import load_predictor
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.entity_prediction import ner_model_inputs

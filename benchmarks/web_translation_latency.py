@@ -53,9 +53,9 @@ from web_latency import drive
 from web_latency import serve
 from web_latency import write_report
 
-from keras_attn.inference.translation_file import TranslationFile
-from keras_attn.inference.translation_file import runtime_translator
-from keras_attn.inference.translation_onnx import step_path
+from keras_attn.export.onnx.translation_onnx import step_path
+from keras_attn.export.tflite.translation_file import TranslationFile
+from keras_attn.export.tflite.translation_file import runtime_translator
 from keras_attn.machine import cpu_description
 from keras_attn.runs.export_directory import CARD_FILE
 from keras_attn.text.text_lines import read_lines

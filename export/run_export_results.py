@@ -29,8 +29,10 @@ import shlex
 import subprocess
 import sys
 
+from keras_attn.cli.flags import add_recipe_flags
+from keras_attn.cli.flags import recipe_flags
+from keras_attn.cli.flags import recipe_from_arguments
 from keras_attn.page_sections import replace_section
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 
 HERE = pathlib.Path(__file__).resolve().parent
 RUNS = {"sst2_minilm": ("SST-2 dev accuracy", 0.005),
@@ -97,10 +99,10 @@ def main(argv=None):
     parser.add_argument("--results", default=str(HERE.parent / "docs" / "export_results.md"))
     parser.add_argument("--export-flags", default="",
                         help="more flags of keras-attn export, e.g. \"--latency-runs 5\"")
-    QuantizationRecipe.add_arguments(parser)
+    add_recipe_flags(parser)
     args = parser.parse_args(argv)
-    recipe = QuantizationRecipe.from_arguments(args)
-    flags = recipe.to_flags()
+    recipe = recipe_from_arguments(args)
+    flags = recipe_flags(recipe)
     flags += shlex.split(args.export_flags)
     from keras_attn.export.export_report import report_markdown
 

@@ -24,8 +24,9 @@ import json
 
 from keras_attn.export.artifact_scoring import compare
 from keras_attn.export.artifacts.tflite_artifacts import TFLiteStep
-from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.export.run_exporter import RunExporter
+from keras_attn.stages.export_options import ExportOptions
+from keras_attn.stages.int8_file_budget import file_within_budget
+from keras_attn.stages.run_exporter import RunExporter
 
 FILES = ("model_int8.tflite", "model_int8_ptq.tflite")
 
@@ -36,9 +37,10 @@ def write_missing(exporter, names):
     step = TFLiteStep()
     int8_model = exporter._int8_model() if "model_int8.tflite" in names else None
     plan = exporter._plan(int8_model)
-    if int8_model is not None:  # the file held to the int8 budget, as the export holds it
-        exporter._file_within_budget(
-            plan, lambda: [row["op"] for row in exporter._sensitivity(int8_model, plan)])
+    if int8_model is not None and exporter.budget:  # the file held to it, as the export does
+        file_within_budget(
+            exporter, plan,
+            lambda: [row["op"] for row in exporter._sensitivity(int8_model, plan)])
     missing = [f for f in step.files(plan)
                if f.file in names and not step.is_written(exporter.output_dir / f.file)]
     if missing:

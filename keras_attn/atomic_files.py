@@ -56,7 +56,7 @@ def atomic_path(path):
     """
     path = pathlib.Path(path)
     temporary = temporary_path(path)
-    _remove(temporary)
+    remove(temporary)
     try:
         yield temporary
         if not temporary.exists():
@@ -64,7 +64,7 @@ def atomic_path(path):
         _sync(temporary)
         _replace(temporary, path)
     finally:
-        _remove(temporary)
+        remove(temporary)
 
 
 def write_text(path, text):
@@ -102,7 +102,7 @@ def remove_stale_temporaries(directory):
     for path in sorted(directory.glob(f"{TEMPORARY_PREFIX}*")):
         pid = path.name[len(TEMPORARY_PREFIX):].split("-", 1)[0]
         if pid.isdigit() and not process_running(int(pid)):
-            _remove(path)
+            remove(path)
             removed.append(path.name)
     return removed
 
@@ -133,10 +133,10 @@ def _replace(temporary, path):
     after (the one moment without `path` is between two renames)."""
     if temporary.is_dir() and path.exists():
         old = path.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}-old-{path.name}")
-        _remove(old)
+        remove(old)
         os.replace(path, old)
         os.replace(temporary, path)
-        _remove(old)
+        remove(old)
     else:
         os.replace(temporary, path)
     _sync_directory(path.parent)
@@ -155,7 +155,8 @@ def _sync_directory(directory):
         os.close(descriptor)
 
 
-def _remove(path):
+def remove(path):
+    """Removes the file, link or directory tree at `path` (a `pathlib.Path`), if any."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():

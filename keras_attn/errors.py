@@ -8,7 +8,7 @@ input, `RuntimeError` for a failed conversion or distributed setup), so code cat
 keeps working.
 
 Example:
->>> from keras_attn.training.config import ConfigError
+>>> from keras_attn.runs.config_schema import ConfigError
 >>> issubclass(ConfigError, KerasAttnError) and issubclass(ConfigError, ValueError)
 True
 """

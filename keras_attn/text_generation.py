@@ -1,6 +1,6 @@
 """`TextGenerator`: a prompt in, its continuation out, with a causal language model: the
 `GPTCausalLM` of a `causal_lm` run, or its exported `.tflite` file
-(`keras_attn.inference.generation_file.GenerationFile`).
+(`keras_attn.export.tflite.generation_file.GenerationFile`).
 
 Both are decoded by the same code, `keras_attn.generation.generate` over the model's
 `next_token_logits` callback and `build_cache`: greedy (`y_t = argmax_v z_t[v]`) or sampling

@@ -6,14 +6,12 @@ detokenized text, and the cross-attention alignment of a translation.
     translator.alignment("Ein Mann fährt Fahrrad.")           # source pieces x target pieces
 
 `keras-attn predict` and `keras-attn explain` translate with it
-(`keras_attn.translation_commands`), on a run or on an exported translation file
-(`keras_attn.inference.translation_file`); the `seq2seq` training task decodes its dev and
+(`keras_attn.cli.translation_commands`), on a run or on an exported translation file
+(`keras_attn.export.tflite.translation_file`); the `seq2seq` training task decodes its dev and
 test sets with the same `Translator`.
 """
 
 import functools
-import json
-import pathlib
 import time
 
 import keras
@@ -25,6 +23,7 @@ from keras_attn.errors import KerasAttnError
 from keras_attn.models.attention_rnn_seq2seq import AttentionRNNSeq2Seq
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 from keras_attn.models.seq2seq_transformer import _embed
+from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.text.joined_word_pieces import JoinedWordPieces
 from keras_attn.text.tokenizer import WordPieceTokenizer
 
@@ -37,12 +36,9 @@ class TranslationError(KerasAttnError, ValueError):
 
 def is_translation_run(path):
     """Whether `path` is a run directory of the `seq2seq` task."""
-    config = pathlib.Path(path) / "config.json"
-    if not config.is_file():
-        return False
     try:
-        return json.loads(config.read_text(encoding="utf-8")).get("task") == TRANSLATION_TASK
-    except (OSError, ValueError):
+        return RunDirectory(path).task == TRANSLATION_TASK
+    except (OSError, ValueError):  # no config.json, or not one (`RunDirectoryError`)
         return False
 
 
@@ -86,25 +82,25 @@ class Translator:
         """The `Translator` of a finished `seq2seq` run (`model.keras`, `vocab.txt`,
         `config.json`, `tokenizer.json`); decoding settings default to the run's
         `train.eval_num_beams` and `train.eval_length_penalty`."""
-        run = pathlib.Path(run_dir)
-        if not is_translation_run(run):
+        run = RunDirectory(run_dir)
+        if not is_translation_run(run.path):
             raise TranslationError(f"{run}: not a run directory of task {TRANSLATION_TASK!r} "
                                    "(its config.json names another task, or is missing)")
         for name in ("model.keras", "vocab.txt", "tokenizer.json"):
-            if not (run / name).is_file():
-                raise TranslationError(f"{run}: no {name}; the run has not finished training "
+            if not (run.path / name).is_file():
+                raise TranslationError(f"{run.path}: no {name}; the run has not finished training "
                                        "(a run writes model.keras at its end)")
-        config = json.loads((run / "config.json").read_text(encoding="utf-8"))
-        settings = json.loads((run / "tokenizer.json").read_text(encoding="utf-8"))
-        tokenizer = WordPieceTokenizer(str(run / "vocab.txt"), lowercase=settings["lowercase"])
+        config = run.recorded_config()
+        tokenizer = WordPieceTokenizer(str(run.path / "vocab.txt"),
+                                       lowercase=run.tokenizer_settings().lowercase)
         train = config.get("train", {})
         kwargs.setdefault("length_penalty", train.get("eval_length_penalty", 1.0))
-        model = keras.saving.load_model(run / "model.keras", compile=False)
+        model = keras.saving.load_model(run.path / "model.keras", compile=False)
         if not isinstance(model, (Seq2SeqTransformer, AttentionRNNSeq2Seq)):
             raise TranslationError(
-                f"{run}: a quantization-aware run; its model.keras is the QAT copy, one "
+                f"{run.path}: a quantization-aware run; its model.keras is the QAT copy, one "
                 "teacher-forced graph without a cache or beam search: translate with its "
-                f"export (`keras-attn export {run}`, then `keras-attn predict` on it)")
+                f"export (`keras-attn export {run.path}`, then `keras-attn predict` on it)")
         return cls(model, JoinedWordPieces(tokenizer), config["data"]["max_length"],
                    config["data"]["target_max_length"],
                    num_beams or train.get("eval_num_beams", 4), **kwargs)

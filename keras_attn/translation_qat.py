@@ -12,15 +12,15 @@ graphs' greedy decoding of them), then given the QAT model's trained weights and
 (`copy_qat_weights`): only the step's two cache inputs, which the QAT model has no quantizer
 for, keep their calibrated ranges. They then compute what the QAT model computes, token by
 token (its decoder positions' rounding aside), and they are what the int8 file of a QAT run
-holds (`keras_attn.export.translation_exporter`).
+holds (`keras_attn.stages.translation_exporter`).
 """
 
 import numpy as np
 from keras import ops
 
 from keras_attn.models.seq2seq_decoding import EncoderDecoderDecoding
+from keras_attn.quantization.calibration import calibrate_model
 from keras_attn.quantization.model_queries import model_layout
-from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.quantization.quantized_weights import copy_quantized_weights
 from keras_attn.translation import TranslationError

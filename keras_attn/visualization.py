@@ -77,7 +77,7 @@ def plot_attention_grid(path, maps, tokens, row_labels=None, column_labels=None,
         row_labels: optional list of `R` str (e.g. `"layer 0"`).
         column_labels: optional list of `C` str (e.g. `"head 3"`).
         header: optional callable `header(ax)` drawing a top panel that spans the grid
-            (the prediction, in `keras_attn.explain`).
+            (the prediction, in `keras_attn.stages.explain`).
         dpi: resolution of the PNG.
 
     Returns:

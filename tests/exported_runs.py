@@ -11,11 +11,11 @@ per call on 2 busy cores, and several test modules read the same run.
 
 import pathlib
 
-from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.export.run_exporter import export_run
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import Trainer
+from keras_attn.runs.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.export_options import ExportOptions
+from keras_attn.stages.run_exporter import export_run
+from keras_attn.stages.train_stage import Trainer
 from tests.session_cache import cached_directory
 from tests.session_cache import copy_into
 from tests.test_run_exporter import FILLER

@@ -16,8 +16,8 @@ import random
 import numpy as np
 import pytest
 
-from keras_attn.training.batch_stream import WINDOW_BATCHES
-from keras_attn.training.batch_stream import BatchStream
+from keras_attn.training.tasks.batch_stream import WINDOW_BATCHES
+from keras_attn.training.tasks.batch_stream import BatchStream
 
 pytestmark = pytest.mark.tensorflow
 

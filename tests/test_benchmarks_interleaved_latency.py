@@ -5,7 +5,7 @@ import shutil
 import keras
 import pytest
 
-from keras_attn.export.tflite_export import export_tflite
+from keras_attn.export.tflite.tflite_export import export_tflite
 from keras_attn.machine import cpu_description
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier

@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.export.run_exporter import export_run
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import Trainer
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.export_options import ExportOptions
+from keras_attn.stages.run_exporter import export_run
+from keras_attn.stages.train_stage import Trainer
 from tests.exported_runs import QUICK_EXPORT
 from tests.exported_runs import ner_config
 from tests.scripts import load_script

@@ -6,12 +6,12 @@ import keras
 import numpy as np
 import pytest
 
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import train
 from keras_attn.text.errors import DataError
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import TrainingConfig
 from keras_attn.training.tasks import TASKS
 from keras_attn.training.tasks.causal_lm_task import CausalLMTask
-from keras_attn.training.trainer import train
 
 pytestmark = pytest.mark.tensorflow  # the trainer runs on tf.distribute / tf.data
 

@@ -10,12 +10,12 @@ import keras
 import numpy as np
 import pytest
 
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import Trainer
 from keras_attn.text.errors import DataError
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
 from keras_attn.training.tasks.classification_task import ClassificationTask
-from keras_attn.training.trainer import Trainer
 
 pytestmark = pytest.mark.tensorflow  # the trainer runs on tf.distribute / tf.data
 

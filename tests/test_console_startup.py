@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from keras_attn import console_startup
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import Trainer
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import Trainer
 from tests.exported_runs import ner_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""Tests of `keras_attn.export.converter_process`: the child process conversions run in."""
+"""Tests of `keras_attn.export.tflite.converter_process`: the child process conversions run in."""
 
 import os
 import pathlib
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from keras_attn.export import converter_process
-from keras_attn.export.converter_process import JobResult
-from keras_attn.export.converter_process import run_job
+from keras_attn.export.tflite import converter_process
+from keras_attn.export.tflite.converter_process import JobResult
+from keras_attn.export.tflite.converter_process import run_job
 
 HERE = "tests.converter_jobs"  # a module the child imports without Keras
 
@@ -86,7 +86,7 @@ def running(pid):
 def test_the_child_dies_with_its_parent(tmp_path):
     path = tmp_path / "pid"
     parent = subprocess.Popen([sys.executable, "-c", (
-        "from keras_attn.export.converter_process import run_job; "
+        "from keras_attn.export.tflite.converter_process import run_job; "
         f"run_job('{HERE}:write_pid_and_sleep', [{str(path)!r}])")])
     try:
         deadline = time.time() + 120

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from keras_attn import demo
-from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.quantization_recipe import QuantizationRecipe
+from keras_attn.stages import demo
+from keras_attn.stages.export_options import ExportOptions
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 
@@ -106,8 +106,8 @@ def test_demo_pipeline_writes_the_summary_and_reuses_finished_steps(tmp_path, mo
     def fail(*args, **kwargs):
         raise AssertionError("a finished step ran again")
 
-    monkeypatch.setattr("keras_attn.training.trainer.train", fail)
-    monkeypatch.setattr("keras_attn.export.run_exporter.export_run", fail)
+    monkeypatch.setattr("keras_attn.stages.train_stage.train", fail)
+    monkeypatch.setattr("keras_attn.stages.run_exporter.export_run", fail)
     lines.clear()
     again = demo.run_demo(tmp_path, model={"preset": "bert_tiny"}, epochs=1,
                           export_options=options, log=lines.append)

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from keras_attn import cli
-from keras_attn.explain import ExplainError
-from keras_attn.explain import attention_maps
-from keras_attn.explain import explain
-from keras_attn.explain import load_explained_model
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
 from keras_attn.models.gpt_backbone import GPTBackbone
+from keras_attn.stages.explain import ExplainError
+from keras_attn.stages.explain import attention_maps
+from keras_attn.stages.explain import explain
+from keras_attn.stages.explain import load_explained_model
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.visualization import plot_attention_grid
@@ -343,8 +343,8 @@ def test_missing_matplotlib_names_the_extra(classification_run, tmp_path, monkey
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    from keras_attn.training.config import TrainingConfig
-    from keras_attn.training.trainer import Trainer
+    from keras_attn.runs.training_config import TrainingConfig
+    from keras_attn.stages.train_stage import Trainer
 
     root = tmp_path_factory.mktemp("trained")
     data = write_data(root / "data", n=32)

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_attn.demo import SAMPLE_DATA
 from keras_attn.export.export_model import export_model
-from keras_attn.export.tflite_metadata import associated_files
+from keras_attn.export.tflite.tflite_metadata import associated_files
 from keras_attn.layers import TokenAndPositionEmbedding
 from keras_attn.layers import TransformerEncoderBlock
 from keras_attn.layers.crf import viterbi_decode
 from keras_attn.models import BertBackbone
 from keras_attn.models import BertTokenClassifier
 from keras_attn.quantization import QuantizationRecipe
+from keras_attn.stages.demo import SAMPLE_DATA
 from keras_attn.text import WordPieceTokenizer
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.label_vocabulary import LabelVocabulary

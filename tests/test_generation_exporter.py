@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from keras_attn import cli
-from keras_attn.export import generation_exporter
-from keras_attn.export.tflite_export import tflite_op_report
-from keras_attn.inference.generation_file import GenerationFile
-from keras_attn.inference.generation_file import file_generator
+from keras_attn.export.tflite.generation_file import GenerationFile
+from keras_attn.export.tflite.generation_file import file_generator
+from keras_attn.export.tflite.tflite_export import tflite_op_report
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages import generation_exporter
+from keras_attn.stages.train_stage import Trainer
 from keras_attn.text_generation import GenerationError
 from keras_attn.text_generation import TextGenerator
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import Trainer
 
 pytestmark = pytest.mark.tensorflow  # training, LiteRT
 

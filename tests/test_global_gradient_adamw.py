@@ -12,7 +12,7 @@ import pytest
 
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
-from keras_attn.training.config import TrainingConfig
+from keras_attn.runs.training_config import TrainingConfig
 from keras_attn.training.global_gradient_adamw import GlobalGradientAdamW
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.optimizer import no_decay_variables

@@ -17,6 +17,7 @@ from keras_attn.layers.crf import viterbi_decode
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.runs.export_directory import ModelCard
 from keras_attn.text.hard_cases import HARD_CASES
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from tests.resources import minilm_directory
@@ -25,9 +26,11 @@ from tests.scripts import load_script
 
 pytestmark = pytest.mark.tensorflow
 
-TOOLS = pathlib.Path(__file__).resolve().parents[1] / "apps" / "android_demo" / "tools"
-TABLES = (TOOLS.parent / "core" / "src" / "main" / "resources" / "dev" / "kerasattn" / "core" /
-          "bert_text_tables.txt")
+REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+TOOLS = REPOSITORY / "apps" / "android_demo" / "tools"
+# The one copy of the BERT text tables: the library's package data, imported by the web core
+# and copied onto the Android core's class path by its build.
+TABLES = REPOSITORY / "keras_attn" / "text" / "bert_text_tables.txt"
 LENGTH = 12
 NER_LABELS = ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
 TEXTS = HARD_CASES + [
@@ -121,7 +124,7 @@ def test_viterbi_float64_equals_brute_force_and_the_keras_decoder():
     rng = np.random.default_rng(0)
     for _ in range(60):
         k, n = int(rng.integers(1, 5)), int(rng.integers(1, 6))
-        crf = golden_vectors.crf_card_section(rng.normal(size=(k, k)), rng.normal(size=k),
+        crf = ModelCard.crf_section(rng.normal(size=(k, k)), rng.normal(size=k),
                                               rng.normal(size=k))
         emissions = rng.normal(size=(n, k)).round(5)
         path = golden_vectors.viterbi_float64(emissions, crf["transitions"],
@@ -137,13 +140,13 @@ def test_viterbi_float64_equals_brute_force_and_the_keras_decoder():
 
 
 def test_crf_section_rounds_and_checks_shapes():
-    section = golden_vectors.crf_card_section([[0.1234564, 1.0], [2.0, 3.0]], [0.0, 1.0],
+    section = ModelCard.crf_section([[0.1234564, 1.0], [2.0, 3.0]], [0.0, 1.0],
                                               [0.5, 0.25])
     assert section["transitions"] == [[0.123456, 1.0], [2.0, 3.0]]
     with pytest.raises(ValueError, match="transitions \\(K, K\\)"):
-        golden_vectors.crf_card_section(np.zeros((2, 3)), np.zeros(2), np.zeros(2))
+        ModelCard.crf_section(np.zeros((2, 3)), np.zeros(2), np.zeros(2))
     with pytest.raises(ValueError, match="non-finite"):
-        golden_vectors.crf_card_section(np.full((2, 2), np.nan), np.zeros(2), np.zeros(2))
+        ModelCard.crf_section(np.full((2, 2), np.nan), np.zeros(2), np.zeros(2))
 
 
 # --- Model card ---------------------------------------------------------------------------
@@ -152,7 +155,7 @@ def test_crf_section_rounds_and_checks_shapes():
 def test_model_card_fields(tokenizers):
     uncased, cased = tokenizers
     vocab = uncased.get_vocabulary()
-    card = golden_vectors.model_card("ner", NER_LABELS, LENGTH, cased, lowercase=False)
+    card = ModelCard.card_dict("ner", NER_LABELS, LENGTH, cased, lowercase=False)
     assert card["format"] == "keras-attn model card 1"
     assert card["outputs"][0]["shape"] == [1, LENGTH, len(NER_LABELS)]
     assert [i["name"] for i in card["inputs"]] == ["token_ids", "segment_ids", "padding_mask"]
@@ -163,7 +166,7 @@ def test_model_card_fields(tokenizers):
     assert [vocab[t[k]] for k in ("cls_token_id", "sep_token_id", "pad_token_id",
                                   "unknown_token_id")] == ["[CLS]", "[SEP]", "[PAD]", "[UNK]"]
     assert t["max_word_characters"] == 100 and "max_word_bytes" not in t
-    classifier_card = golden_vectors.model_card("classification", ["neg", "pos"], LENGTH,
+    classifier_card = ModelCard.card_dict("classification", ["neg", "pos"], LENGTH,
                                                 uncased, lowercase=True)
     assert classifier_card["outputs"][0]["shape"] == [1, 2]
     assert classifier_card["tokenizer"]["strip_accents"] is True
@@ -171,11 +174,11 @@ def test_model_card_fields(tokenizers):
     with pytest.raises(ValueError, match=re.escape(
             "Only a tagger (task in ['ner']) can carry CRF transitions. "
             "Received: task='classification'")):
-        golden_vectors.model_card("classification", ["a"], LENGTH, uncased, True,
+        ModelCard.card_dict("classification", ["a"], LENGTH, uncased, True,
                                   crf={"transitions": [[0.0]]})
     with pytest.raises(ValueError, match=re.escape(
             "`task` must be one of ['classification', 'ner']. Received: task='qa'")):
-        golden_vectors.model_card("qa", ["a"], LENGTH, uncased, True)
+        ModelCard.card_dict("qa", ["a"], LENGTH, uncased, True)
 
 
 # --- Golden records -----------------------------------------------------------------------
@@ -225,7 +228,7 @@ def test_ner_records_decode_to_their_tags_and_entities(tokenizers, tmp_path, use
         layer = model.get_layer("crf")
         weights = [rng.normal(scale=2.0, size=tuple(w.shape)) for w in
                    (layer.transitions, layer.start_transitions, layer.end_transitions)]
-        crf = golden_vectors.crf_card_section(*weights)
+        crf = ModelCard.crf_section(*weights)
     path = tmp_path / "golden_vectors.jsonl"
     golden_vectors.write_golden_vectors(path, TEXTS, "ner", tokenizer,
                                         _predict(model, "logits" if use_crf else None),
@@ -285,16 +288,24 @@ def test_normalization_is_per_code_point_as_the_tables_assume():
         assert whole == ["".join(single[c] for c in text) for text in texts]
 
 
-def test_library_and_kotlin_tables_are_the_same_file():
-    library = pathlib.Path(__file__).resolve().parents[1] / "keras_attn" / "text"
-    assert (library / "bert_text_tables.txt").read_bytes() == TABLES.read_bytes()
+def test_both_apps_read_the_library_tables_file():
+    """The web core imports the library's tables file and the Android core's builds (Gradle,
+    `run_jvm_tests.sh`) copy it onto the class path; no app keeps a copy that could drift."""
+    source = TABLES.relative_to(REPOSITORY).as_posix()
+    web = REPOSITORY / "apps" / "web_demo" / "src" / "lib" / "core" / "textTables.ts"
+    assert f'../../../../../{source}?raw"' in web.read_text("utf-8")
+    core = REPOSITORY / "apps" / "android_demo" / "core"
+    assert f'rootProject.file("../../{source}")' in (core / "build.gradle.kts").read_text("utf-8")
+    assert f'"$REPO/{source}" "$WORK/resources/dev/kerasattn/core/"' in (
+        core / "run_jvm_tests.sh").read_text("utf-8")
+    assert not list((core / "src").rglob(TABLES.name))
 
 
 @pytest.mark.slow
 def test_committed_tables_equal_a_fresh_measurement():
-    fresh = tool("make_text_tables").table_text()
+    fresh = load_script("tools/make_text_tables.py").table_text()
     assert TABLES.read_text("ascii") == fresh, (
-        "bert_text_tables.txt is stale: run apps/android_demo/tools/make_text_tables.py")
+        "bert_text_tables.txt is stale: run tools/make_text_tables.py")
 
 
 def test_committed_tables_spot_checks():

@@ -220,7 +220,7 @@ def test_the_decoding_step_model_generates_as_the_model_and_becomes_a_file(
     batch-1 builtins-only `.tflite` file on LiteRT (logits within float error)."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from keras_attn.export.model_int8_tflite import export_model_fp32_tflite
+    from keras_attn.export.tflite.model_int8_tflite import export_model_fp32_tflite
 
     lm = tiny_lm(seed=7, layer_position_embeddings=layer_position_embeddings)
     prompt = [3, 1, 4]

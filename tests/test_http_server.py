@@ -24,15 +24,15 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.export.serving_module import export_saved_model
-from keras_attn.inference.http_server import ServerLimits
-from keras_attn.inference.http_server import make_server
-from keras_attn.inference.http_server import serve_in_thread
-from keras_attn.inference.rest_api import RestApi
-from keras_attn.inference.rest_api import find_saved_model
-from keras_attn.inference.rest_values import COUNTED_OUTPUTS
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.stages.inference.http_server import ServerLimits
+from keras_attn.stages.inference.http_server import make_server
+from keras_attn.stages.inference.http_server import serve_in_thread
+from keras_attn.stages.inference.rest_api import RestApi
+from keras_attn.stages.inference.rest_api import find_saved_model
+from keras_attn.stages.inference.rest_values import COUNTED_OUTPUTS
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.tokenizer import WordPieceTokenizer
 
@@ -763,7 +763,7 @@ def test_trickling_clients_are_closed_at_the_header_deadline(tight_server):
 def test_the_open_file_limit_is_raised_to_fit_the_connection_cap(monkeypatch):
     import resource
 
-    from keras_attn.inference import http_server
+    from keras_attn.stages.inference import http_server
 
     calls = []
     monkeypatch.setattr(resource, "getrlimit", lambda kind: (1024, 4096))

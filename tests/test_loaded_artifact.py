@@ -5,7 +5,7 @@ import pytest
 
 from keras_attn.export.artifacts import ArtifactLoadError
 from keras_attn.export.artifacts import load_artifact
-from keras_attn.export.onnx_export import export_onnx
+from keras_attn.export.onnx.onnx_export import export_onnx
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 

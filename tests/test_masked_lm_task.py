@@ -7,12 +7,12 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import train
 from keras_attn.training.tasks import TASKS
 from keras_attn.training.tasks.masked_lm_task import MaskedLMTask
 from keras_attn.training.tasks.masked_lm_task import mask_tokens
-from keras_attn.training.trainer import train
 
 pytestmark = pytest.mark.tensorflow  # the trainer runs on tf.distribute / tf.data
 

@@ -15,12 +15,12 @@ from seqeval.metrics import precision_score as seqeval_precision
 from seqeval.metrics import recall_score as seqeval_recall
 from seqeval.scheme import IOB2
 
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import Trainer
 from keras_attn.text.errors import DataError
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import TrainingConfig
 from keras_attn.training.optimizer import make_optimizer
 from keras_attn.training.tasks.ner_task import NerTask
-from keras_attn.training.trainer import Trainer
 
 pytestmark = pytest.mark.tensorflow  # the trainer runs on tf.distribute / tf.data
 

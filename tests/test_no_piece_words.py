@@ -16,6 +16,8 @@ import tensorflow as tf
 
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import Trainer
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.entity_prediction import ner_model_inputs
@@ -28,8 +30,6 @@ from keras_attn.text.labelled_examples import score_sentences
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import Trainer
 
 pytestmark = pytest.mark.tensorflow  # tf-text, tf.data and the trainer on tf.distribute
 

@@ -10,11 +10,11 @@ import numpy as np
 import onnx
 import pytest
 
-from keras_attn.export.onnx_export import OnnxRunner
-from keras_attn.export.onnx_export import export_onnx
-from keras_attn.export.onnx_metadata import embed_onnx_metadata
-from keras_attn.export.onnx_metadata import onnx_settings
-from keras_attn.export.onnx_quantization import quantize_onnx_dynamic
+from keras_attn.export.onnx.onnx_export import export_onnx
+from keras_attn.export.onnx.onnx_metadata import embed_onnx_metadata
+from keras_attn.export.onnx.onnx_metadata import onnx_settings
+from keras_attn.export.onnx.onnx_quantization import quantize_onnx_dynamic
+from keras_attn.export.onnx.onnx_runner import OnnxRunner
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier

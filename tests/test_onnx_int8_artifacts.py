@@ -14,10 +14,10 @@ import onnxruntime
 import pytest
 from onnx import numpy_helper
 
-from keras_attn.export.onnx_export import OnnxRunner
-from keras_attn.export.onnx_export import export_onnx
-from keras_attn.export.onnx_qdq_export import export_onnx_qdq
-from keras_attn.export.onnx_static_quantization import quantize_onnx_static
+from keras_attn.export.onnx.onnx_export import export_onnx
+from keras_attn.export.onnx.onnx_qdq_export import export_onnx_qdq
+from keras_attn.export.onnx.onnx_runner import OnnxRunner
+from keras_attn.export.onnx.onnx_static_quantization import quantize_onnx_static
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier

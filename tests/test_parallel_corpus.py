@@ -3,11 +3,11 @@ file:line error, nothing dropped silently. The config's {source, target} form.""
 
 import pytest
 
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.training_config import TrainingConfig
 from keras_attn.text.errors import DataError
 from keras_attn.text.parallel_corpus import Pair
 from keras_attn.text.parallel_corpus import read_parallel_files
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
 from tests.resources import shared_data_file
 
 # keras_attn.text is TensorFlow code (tf-text, tf.data) whatever the Keras backend.

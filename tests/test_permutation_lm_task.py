@@ -7,17 +7,17 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.export.run_exporter import export_run
 from keras_attn.models.xlnet_classifier import XLNetClassifier
 from keras_attn.models.xlnet_lm import XLNetLM
 from keras_attn.quantization.model_queries import activation_quantizers
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.export_options import ExportOptions
+from keras_attn.stages.run_exporter import export_run
+from keras_attn.stages.train_stage import Trainer
 from keras_attn.training.tasks.classification_task import ClassificationTask
 from keras_attn.training.tasks.ner_task import NerTask
 from keras_attn.training.tasks.permutation_lm_task import PermutationLMTask
-from keras_attn.training.trainer import Trainer
 from tests.test_classification_task import sentiment_rows
 from tests.test_classification_task import write
 from tests.test_trainer import WEIGHT_TOLERANCE

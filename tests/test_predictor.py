@@ -15,10 +15,10 @@ import onnx
 import pytest
 
 from keras_attn.export.serving_module import export_saved_model
-from keras_attn.inference.predictor import PredictorError
-from keras_attn.inference.predictor import load_predictor
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.stages.inference.predictor import PredictorError
+from keras_attn.stages.inference.predictor import load_predictor
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.tokenizer import WordPieceTokenizer

@@ -109,7 +109,7 @@ def test_a_one_example_loss_is_within_the_default_budget_of_one_example():
     """100 * 31/34 - 100 * 30/34 is 2.9411764...: rounded as the search rounds its drops,
     one lost example of 34 is within `QuantizationRecipe().budget_points(34)`, not a
     rounding above it (measured on the demo: it moved two ops for that rounding)."""
-    from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+    from keras_attn.runs.quantization_recipe import QuantizationRecipe
 
     qat, _ = _calibrated()
     scores = iter([31 / 34, 30 / 34])  # the float model, then the recipe

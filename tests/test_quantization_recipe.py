@@ -5,14 +5,17 @@ import argparse
 
 import pytest
 
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.training.config import TrainingConfig
+from keras_attn.cli.flags import add_recipe_flags
+from keras_attn.cli.flags import recipe_flags
+from keras_attn.cli.flags import recipe_from_arguments
+from keras_attn.runs.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.training_config import TrainingConfig
 
 
 def parse(*flags):
     parser = argparse.ArgumentParser()
-    QuantizationRecipe.add_arguments(parser)
-    return QuantizationRecipe.from_arguments(parser.parse_args(list(flags)))
+    add_recipe_flags(parser)
+    return recipe_from_arguments(parser.parse_args(list(flags)))
 
 
 def test_defaults_are_the_measured_recipe():
@@ -30,7 +33,7 @@ def test_defaults_are_the_measured_recipe():
     QuantizationRecipe(max_accuracy_drop=None), QuantizationRecipe(max_accuracy_drop=1.5),
 ])
 def test_flags_and_dicts_round_trip(recipe):
-    assert parse(*recipe.to_flags()) == recipe
+    assert parse(*recipe_flags(recipe)) == recipe
     assert QuantizationRecipe.from_dict(recipe.to_dict()) == recipe
 
 

@@ -1,5 +1,5 @@
 """Tests of `keras_attn.quantization.quantize_model`: QAT of a functional or Sequential
-Keras model, and its full-int8 file (`keras_attn.export.model_int8_tflite`)."""
+Keras model, and its full-int8 file (`keras_attn.export.tflite.model_int8_tflite`)."""
 
 import subprocess
 import sys
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_attn.export.model_int8_tflite import export_model_int8_tflite
+from keras_attn.export.tflite.model_int8_tflite import export_model_int8_tflite
 from keras_attn.layers import ActivationQuantizer
 from keras_attn.layers import RelativeMultiHeadAttention
 from keras_attn.layers import TokenAndPositionEmbedding
@@ -30,9 +30,9 @@ from keras_attn.models import XLNetClassifier
 from keras_attn.models.seq2seq_transformer import make_teacher_forcing_batch
 from keras_attn.quantization import QuantizationRecipe
 from keras_attn.quantization import dequantize_model
+from keras_attn.quantization.calibration import calibrate_model
 from keras_attn.quantization.emissions_model import emissions_model
 from keras_attn.quantization.model_queries import activation_quantizers
-from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantize_model import model_quantization_ops
 from keras_attn.quantization.quantize_model import quantize_model

@@ -7,8 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from keras_attn.inference.request_batcher import QueueFullError
-from keras_attn.inference.request_batcher import RequestBatcher
+from keras_attn.stages.inference.request_batcher import QueueFullError
+from keras_attn.stages.inference.request_batcher import RequestBatcher
 
 
 class Model:

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from keras_attn import cli
-from keras_attn.reversal_demo import FIRST_DIGIT
-from keras_attn.reversal_demo import SEP
-from keras_attn.reversal_demo import build_model
-from keras_attn.reversal_demo import greedy_decode
-from keras_attn.reversal_demo import make_reversal_data
-from keras_attn.reversal_demo import recompute_logits
-from keras_attn.reversal_demo import run_demo
+from keras_attn.stages.reversal_demo import FIRST_DIGIT
+from keras_attn.stages.reversal_demo import SEP
+from keras_attn.stages.reversal_demo import build_model
+from keras_attn.stages.reversal_demo import greedy_decode
+from keras_attn.stages.reversal_demo import make_reversal_data
+from keras_attn.stages.reversal_demo import recompute_logits
+from keras_attn.stages.reversal_demo import run_demo
 
 
 def test_reversal_data_layout():

@@ -15,23 +15,24 @@ from ai_edge_litert.interpreter import OpResolverType
 
 from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_report import report_markdown
-from keras_attn.export.run_exporter import ExportError
-from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.export.run_exporter import export_run
-from keras_attn.inference.predictor import load_predictor
+from keras_attn.quantization.calibration import freeze_model_ranges
 from keras_attn.quantization.model_queries import activation_quantizers
 from keras_attn.quantization.model_queries import model_layout
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.quantization.quantize_model import freeze_model_ranges
 from keras_attn.quantization.quantize_model import model_quantization_ops
-from keras_attn.quantization.quantize_stage import quantize_run
+from keras_attn.runs.quantization_recipe import QuantizationRecipe
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import RunDirectoryError
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.export_options import ExportError
+from keras_attn.stages.export_options import ExportOptions
+from keras_attn.stages.inference.predictor import load_predictor
+from keras_attn.stages.quantize_stage import quantize_run
+from keras_attn.stages.run_exporter import RunExporter
+from keras_attn.stages.run_exporter import export_run
+from keras_attn.stages.train_stage import Trainer
 from keras_attn.text.labelled_examples import id_inputs
 from keras_attn.text.labelled_examples import score_sentences
 from keras_attn.text.ner import repair_iob2
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import Trainer
 from tests.test_tflite_export import FLOAT_RESIDUAL_OPS
 from tests.test_trainer import config_dict
 from tests.test_trainer import write_data
@@ -279,8 +280,8 @@ def test_a_file_that_misses_the_budget_moves_an_op_and_is_converted_again(
     sensitive op to float, converts model_int8.tflite again, writes the model back to the
     QAT run, converts the other int8 files from it, and (dev evaluated) reports the file's
     scores of the check. A re-run keeps the move and converts nothing."""
-    from keras_attn.export import run_exporter
     from keras_attn.export.file_budget import file_budget
+    from keras_attn.stages import int8_file_budget
 
     run, export_dir = tmp_path / "run", tmp_path / "export"
     shutil.copytree(ner[0], run)
@@ -289,10 +290,10 @@ def test_a_file_that_misses_the_budget_moves_an_op_and_is_converted_again(
     metrics = json.loads((export_dir / "qat" / "metrics.json").read_text())
     metrics["quantization_budget"]["max_accuracy_drop"] = -1
     (export_dir / "qat" / "metrics.json").write_text(json.dumps(metrics))
-    monkeypatch.setattr(run_exporter, "file_budget",
+    monkeypatch.setattr(int8_file_budget, "file_budget",
                         lambda *args, **kwargs: file_budget(*args, **kwargs, max_moves=1))
     logs = []
-    exporter = run_exporter.RunExporter(run, export_dir, options(
+    exporter = RunExporter(run, export_dir, options(
         quantization=QuantizationRecipe(), smallest_bucket=8, eval_split="dev",
         latency_runs=1, golden_examples=0), log=logs.append)
     report = exporter.run()
@@ -330,12 +331,13 @@ def test_a_file_that_misses_the_budget_moves_an_op_and_is_converted_again(
         report["sequence_length"]), abs=1e-3)
     # A re-run starts from the QAT run written back: the move is kept, nothing converted.
     shipped = (export_dir / "model_int8.tflite").stat().st_mtime_ns
-    again = run_exporter.RunExporter(run, export_dir, exporter.options)
+    again = RunExporter(run, export_dir, exporter.options)
     again._load()
     plan = again._plan(again._int8_model())
-    again._file_within_budget(plan, lambda: pytest.fail("the one move allowed was made"))
-    assert again.budget["file"]["moved"] == [moved]
-    assert len(again.budget["file"]["steps"]) == 2
+    _, budget, _ = int8_file_budget.file_within_budget(
+        again, plan, lambda: pytest.fail("the one move allowed was made"))
+    assert budget["file"]["moved"] == [moved]
+    assert len(budget["file"]["steps"]) == 2
     assert (export_dir / "model_int8.tflite").stat().st_mtime_ns == shipped
 
 
@@ -420,8 +422,8 @@ def test_missing_run_files_and_bad_options_are_clear_errors(tmp_path, classifica
                                           r"train CONFIG"):
         export_run(tmp_path, tmp_path / "export")
     run = classification[0]
-    with pytest.raises(ExportError, match="sequence_length=64 exceeds the model's "
-                                          "max_sequence_length=16"):
+    with pytest.raises(ExportError, match="sequence_length=64 exceeds the "
+                                          "max_sequence_length=16 of the model"):
         export_run(run, tmp_path / "export", options(sequence_length=64))
     with pytest.raises(ValueError, match="`eval_split` must be 'auto', 'dev' or 'test'"):
         options(eval_split="train").check()
@@ -508,8 +510,8 @@ def test_tflite_files_are_self_describing_and_run_in_mediapipe(classification, n
     pytest.importorskip("mediapipe", reason="needs the mediapipe extra")
     import shutil
 
-    from keras_attn.export.tflite_metadata import settings_from_tflite
-    from keras_attn.inference.predictor import load_predictor
+    from keras_attn.export.tflite.tflite_metadata import settings_from_tflite
+    from keras_attn.stages.inference.predictor import load_predictor
     from keras_attn.text.hard_cases import HARD_CASES
 
     _, export_dir, report, _ = classification
@@ -604,7 +606,7 @@ def test_a_new_artifact_kind_is_one_step_and_one_registry_line(classification, t
                                                                  monkeypatch):
     """Registering the documented example step is all it takes: the next export writes its
     file, scores and times it, lists it in the card, and `predict` runs it."""
-    import keras_attn.export.run_exporter as run_exporter
+    import keras_attn.stages.run_exporter as run_exporter
     from keras_attn.runs import ExportDirectory
 
     run, export_dir = classification[0], tmp_path / "export"

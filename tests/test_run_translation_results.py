@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import train
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import train
 from tests import scripts
 from tests.resources import shared_data_file
 

@@ -12,14 +12,14 @@ import pytest
 import sacrebleu
 
 from keras_attn import cli
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import train
 from keras_attn.text.errors import DataError
 from keras_attn.text.joined_word_pieces import JoinedWordPieces
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import TrainingConfig
 from keras_attn.training.tasks import TASKS
 from keras_attn.training.tasks.seq2seq_task import Seq2SeqTask
 from keras_attn.training.tasks.seq2seq_task import read_pairs
-from keras_attn.training.trainer import train
 
 pytestmark = pytest.mark.tensorflow  # the trainer runs on tf.distribute / tf.data
 

@@ -6,14 +6,14 @@ import re
 import pytest
 
 from keras_attn.export import golden_vectors
-from keras_attn.inference import predictor
-from keras_attn.training import config
-from keras_attn.training import task_registry
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.task_registry import TASK_NAMES
-from keras_attn.training.task_registry import task_spec
-from keras_attn.training.task_registry import tasks_with
+from keras_attn.runs import task_registry
+from keras_attn.runs import training_config as config
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.task_registry import TASK_NAMES
+from keras_attn.runs.task_registry import task_spec
+from keras_attn.runs.task_registry import tasks_with
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.inference import predictor
 from keras_attn.training.tasks import TASKS
 
 

@@ -9,8 +9,6 @@ import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_attn.export.golden_vectors import crf_card_section
-from keras_attn.export.golden_vectors import model_card
 from keras_attn.export.text_tflite import CLASSIFICATION_CUSTOM_OPS
 from keras_attn.export.text_tflite import TAGGING_CUSTOM_OPS
 from keras_attn.export.text_tflite import decode_text_entities
@@ -18,13 +16,14 @@ from keras_attn.export.text_tflite import export_text_tflite
 from keras_attn.export.text_tflite import run_text_tflite
 from keras_attn.export.text_tflite import text_function
 from keras_attn.export.text_tflite import text_interpreter
-from keras_attn.export.tflite_metadata import embed_metadata
-from keras_attn.export.tflite_metadata import read_metadata
-from keras_attn.export.tflite_metadata import side_files
-from keras_attn.inference.predictor import load_predictor
+from keras_attn.export.tflite.tflite_metadata import embed_metadata
+from keras_attn.export.tflite.tflite_metadata import read_metadata
+from keras_attn.export.tflite.tflite_metadata import side_files
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
+from keras_attn.runs.export_directory import ModelCard
+from keras_attn.stages.inference.predictor import load_predictor
 from keras_attn.text.entity_prediction import ner_model_inputs
 from keras_attn.text.entity_prediction import predict_entities
 from keras_attn.text.fused_bert_path import FUSED_SAFE_UNCASED
@@ -299,7 +298,9 @@ def test_unsupported_model_is_an_error(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="fused normalization"):
         export_text_tflite(model, mixed, tmp_path / "x.tflite")
     too_long = WordPieceTokenizer(tokenizer.vocabulary, sequence_length=SEQUENCE_LENGTH + 1)
-    with pytest.raises(ValueError, match="sequence_length=17"):
+    with pytest.raises(ValueError, match=r"sequence_length=17 exceeds the max_sequence_length=16 "
+                                         r"of the model .*: build the tokenizer with "
+                                         r"sequence_length=16 or less"):
         export_text_tflite(model, too_long, tmp_path / "x.tflite")
     assert not (tmp_path / "x.tflite").exists()
 
@@ -317,7 +318,7 @@ def _self_describing_copy(model, report, tokenizer, labels, directory, crf=None)
     """`model_text.tflite` with embedded metadata in `directory`, no side files beside it,
     and a copy with the side files instead in `directory / "side"`."""
     task = "ner" if isinstance(model, BertTokenClassifier) else "classification"
-    card = model_card(task, labels, SEQUENCE_LENGTH, tokenizer, lowercase=True, crf=crf)
+    card = ModelCard.card_dict(task, labels, SEQUENCE_LENGTH, tokenizer, lowercase=True, crf=crf)
     path = embed_metadata(report["path"], card, tokenizer.vocabulary, labels,
                           output_path=directory / "model_text.tflite")
     side = directory / "side"
@@ -364,7 +365,7 @@ def test_metadata_makes_the_text_file_self_describing(tokenizer, classifier, tag
                                       expected)
     models, report, _ = tagger
     crf = models["crf"].get_layer("crf")
-    section = crf_card_section(*(keras.ops.convert_to_numpy(getattr(crf, name)) for name in
+    section = ModelCard.crf_section(*(keras.ops.convert_to_numpy(getattr(crf, name)) for name in
                                  ("transitions", "start_transitions", "end_transitions")))
     (tmp_path / "ner").mkdir()
     path, side = _self_describing_copy(models["crf"], report, tokenizer, list(NER_LABELS),

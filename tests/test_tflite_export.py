@@ -2,12 +2,12 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.export.tflite_export import TFLITE_VARIANTS
-from keras_attn.export.tflite_export import export_tflite
-from keras_attn.export.tflite_export import tflite_op_report
-from keras_attn.export.tflite_float_ops import FLOAT_OPS
-from keras_attn.export.tflite_runtime import default_signature_key
-from keras_attn.export.tflite_runtime import run_tflite
+from keras_attn.export.tflite.tflite_export import TFLITE_VARIANTS
+from keras_attn.export.tflite.tflite_export import export_tflite
+from keras_attn.export.tflite.tflite_export import tflite_op_report
+from keras_attn.export.tflite.tflite_float_ops import FLOAT_OPS
+from keras_attn.export.tflite.tflite_runtime import default_signature_key
+from keras_attn.export.tflite.tflite_runtime import run_tflite
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier
@@ -101,7 +101,8 @@ def test_op_report_reads_bytes_and_counts_ops(exported):
 
 def test_errors(exported, tmp_path):
     model, qat, _ = exported
-    with pytest.raises(ValueError, match="sequence_length"):
+    with pytest.raises(ValueError, match=f"sequence_length={LENGTH + 1} exceeds the "
+                                         f"max_sequence_length={LENGTH} of the model"):
         export_tflite(model, str(tmp_path), variants=["fp32"], sequence_length=LENGTH + 1)
     with pytest.raises(ValueError, match="representative_data"):
         export_tflite(model, str(tmp_path), variants=["int8_ptq"], sequence_length=LENGTH)

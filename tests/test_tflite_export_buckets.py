@@ -7,10 +7,10 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter
 from tensorflow.lite.python import schema_py_generated as schema
 
-from keras_attn.export.tflite_export import bucket_lengths
-from keras_attn.export.tflite_export import export_tflite
-from keras_attn.export.tflite_runtime import BucketedTFLite
-from keras_attn.export.tflite_runtime import run_tflite
+from keras_attn.export.tflite.tflite_export import bucket_lengths
+from keras_attn.export.tflite.tflite_export import export_tflite
+from keras_attn.export.tflite.tflite_runtime import BucketedTFLite
+from keras_attn.export.tflite.tflite_runtime import run_tflite
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.bert_token_classifier import BertTokenClassifier

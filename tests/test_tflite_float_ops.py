@@ -3,9 +3,9 @@ import pytest
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_attn.export.tflite_export import tflite_op_report
-from keras_attn.export.tflite_float_ops import run_in_float
-from keras_attn.export.tflite_float_ops import xnnpack_partitions
+from keras_attn.export.tflite.tflite_export import tflite_op_report
+from keras_attn.export.tflite.tflite_float_ops import run_in_float
+from keras_attn.export.tflite.tflite_float_ops import xnnpack_partitions
 
 pytestmark = pytest.mark.tensorflow  # TFLite: TensorFlow only
 

@@ -9,15 +9,15 @@ import zipfile
 import numpy as np
 import pytest
 
-from keras_attn.export.golden_vectors import crf_card_section
 from keras_attn.export.mediapipe_export import keras_probabilities
-from keras_attn.export.tflite_metadata import TFLiteMetadataError
-from keras_attn.export.tflite_metadata import associated_files
-from keras_attn.export.tflite_metadata import embed_metadata
-from keras_attn.export.tflite_metadata import read_metadata
-from keras_attn.export.tflite_metadata import settings_from_tflite
-from keras_attn.export.tflite_runtime import run_tflite
-from keras_attn.inference.predictor import load_predictor
+from keras_attn.export.tflite.tflite_metadata import TFLiteMetadataError
+from keras_attn.export.tflite.tflite_metadata import associated_files
+from keras_attn.export.tflite.tflite_metadata import embed_metadata
+from keras_attn.export.tflite.tflite_metadata import read_metadata
+from keras_attn.export.tflite.tflite_metadata import settings_from_tflite
+from keras_attn.export.tflite.tflite_runtime import run_tflite
+from keras_attn.runs.export_directory import ModelCard
+from keras_attn.stages.inference.predictor import load_predictor
 from tests.tflite_classifier import LABELS
 from tests.tflite_classifier import VOCABULARY
 from tests.tflite_classifier import tiny_classifier
@@ -84,7 +84,7 @@ def test_embedding_again_replaces_the_metadata(classifier, tmp_path):
 
 
 def test_tokenizer_settings_and_crf_transitions_round_trip(classifier, tmp_path):
-    card = dict(classifier[3], task="ner", labels=LABELS, crf=crf_card_section(
+    card = dict(classifier[3], task="ner", labels=LABELS, crf=ModelCard.crf_section(
         [[0.5, -1.25, 2.0], [0.0, 1.0, -3.5], [0.125, 0.25, 0.375]], [0.1, 0.2, 0.3],
         [-0.1, -0.2, -0.3]))
     card["tokenizer"] = dict(card["tokenizer"], lowercase=False, strip_accents=False)

@@ -8,9 +8,9 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 from tensorflow.lite.python import schema_py_generated as schema
 
-from keras_attn.export.tflite_sharing import BUFFER_ALIGNMENT
-from keras_attn.export.tflite_sharing import pack_model
-from keras_attn.export.tflite_sharing import share_quantization_parameters
+from keras_attn.export.tflite.tflite_sharing import BUFFER_ALIGNMENT
+from keras_attn.export.tflite.tflite_sharing import pack_model
+from keras_attn.export.tflite.tflite_sharing import share_quantization_parameters
 
 pytestmark = pytest.mark.tensorflow  # TFLite: TensorFlow only
 

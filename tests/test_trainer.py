@@ -18,8 +18,8 @@ import sys
 import numpy as np
 import pytest
 
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.trainer import Trainer
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import Trainer
 
 pytestmark = pytest.mark.tensorflow
 
@@ -326,7 +326,7 @@ def test_a_trained_run_can_be_continued_with_its_vocabulary_and_labels(tmp_path)
 
 
 def test_continuing_a_run_of_another_task_is_a_config_error(tmp_path):
-    from keras_attn.training.config import ConfigError
+    from keras_attn.runs.config_schema import ConfigError
 
     in_process(tmp_path, "first", epochs=1)
     conll = tmp_path / "train.conll"
@@ -353,8 +353,8 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
 
     from keras_attn.quantization.model_queries import activation_quantizers
     from keras_attn.quantization.model_queries import model_layout
+    from keras_attn.runs.config_schema import ConfigError
     from keras_attn.runs.run_directory import RunDirectory
-    from keras_attn.training.config import ConfigError
 
     _, float_results = in_process(tmp_path, "float", epochs=10, learning_rate=1e-2)
     values = config_dict(tmp_path / "data", tmp_path / "qat", epochs=2, learning_rate=1e-3)
@@ -417,10 +417,10 @@ def test_quantization_aware_training_continues_a_float_run(tmp_path):
 def test_quantization_aware_training_starts_from_calibrated_ranges(tmp_path):
     import keras
 
+    from keras_attn.quantization.calibration import calibrate_model
     from keras_attn.quantization.model_queries import activation_quantizers
-    from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-    from keras_attn.quantization.quantize_model import calibrate_model
     from keras_attn.quantization.quantize_model import quantize_model
+    from keras_attn.runs.quantization_recipe import QuantizationRecipe
     from keras_attn.training.tasks import make_task
 
     in_process(tmp_path, "float", epochs=2)
@@ -474,7 +474,7 @@ def test_quantization_aware_training_from_fresh_weights_is_warned(tmp_path):
 
 
 def test_float_feedforward_channels_need_a_float_residual(tmp_path):
-    from keras_attn.training.config import ConfigError
+    from keras_attn.runs.config_schema import ConfigError
 
     values = config_dict(tmp_path / "data", tmp_path / "qat")
     values["model"].update(float_residual=False, quantization_aware=True,

@@ -11,14 +11,14 @@ import typing
 
 import pytest
 
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import DataSection
-from keras_attn.training.config import DistributeSection
-from keras_attn.training.config import ModelSection
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.config import TrainSection
-from keras_attn.training.config import _keys
-from keras_attn.training.config import parse_override
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.config_schema import config_keys
+from keras_attn.runs.config_schema import parse_override
+from keras_attn.runs.training_config import DataSection
+from keras_attn.runs.training_config import DistributeSection
+from keras_attn.runs.training_config import ModelSection
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.runs.training_config import TrainSection
 
 MINIMAL = {"task": "classification", "data": {"train": "train.tsv"},
            "model": {"preset": "bert_tiny"}}
@@ -515,6 +515,6 @@ def test_every_key_is_a_declared_field_with_help():
 def test_a_none_default_accepts_none_through_its_annotation():
     for section in (TrainingConfig, *(f.type for f in dataclasses.fields(TrainingConfig)
                                       if dataclasses.is_dataclass(f.type))):
-        for field in _keys(section):
+        for field in config_keys(section):
             if field.default is None:
                 assert type(None) in typing.get_args(field.type), field.name

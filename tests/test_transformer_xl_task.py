@@ -12,15 +12,15 @@ from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.gpt_causal_lm import GPTCausalLM
 from keras_attn.models.transformer_xl_lm import TransformerXLLM
 from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import train
 from keras_attn.text.character_tokenizer import CharacterTokenizer
-from keras_attn.training.character_evaluation import segment_memory_nll
-from keras_attn.training.character_evaluation import sliding_window_nll
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
 from keras_attn.training.tasks.causal_lm_task import read_character_text
+from keras_attn.training.tasks.character_evaluation import segment_memory_nll
+from keras_attn.training.tasks.character_evaluation import sliding_window_nll
 from keras_attn.training.tasks.transformer_xl_task import MemoryCarryingLM
 from keras_attn.training.tasks.transformer_xl_task import SegmentStream
-from keras_attn.training.trainer import train
 
 pytestmark = pytest.mark.tensorflow
 

@@ -8,21 +8,21 @@ import numpy as np
 import pytest
 
 from keras_attn import cli
-from keras_attn.export.tflite_export import tflite_op_report
-from keras_attn.export.tflite_metadata import associated_files
-from keras_attn.export.translation_exporter import INT8_BLEU_BUDGET
-from keras_attn.export.translation_exporter import TranslationExportError
-from keras_attn.export.translation_exporter import export_translation_run
-from keras_attn.inference.translation_file import TranslationFile
-from keras_attn.inference.translation_file import TranslationFileError
-from keras_attn.inference.translation_file import runtime_translator
-from keras_attn.inference.translation_onnx import TranslationOnnx
+from keras_attn.export.onnx.translation_onnx import TranslationOnnx
+from keras_attn.export.tflite.tflite_export import tflite_op_report
+from keras_attn.export.tflite.tflite_metadata import associated_files
+from keras_attn.export.tflite.translation_file import TranslationFile
+from keras_attn.export.tflite.translation_file import TranslationFileError
+from keras_attn.export.tflite.translation_file import runtime_translator
 from keras_attn.models.seq2seq_transformer import make_teacher_forcing_batch
-from keras_attn.training.config import ConfigError
-from keras_attn.training.config import TrainingConfig
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages.train_stage import Trainer
+from keras_attn.stages.train_stage import train
+from keras_attn.stages.translation_exporter import INT8_BLEU_BUDGET
+from keras_attn.stages.translation_exporter import TranslationExportError
+from keras_attn.stages.translation_exporter import export_translation_run
 from keras_attn.training.tasks.task import pad_stack
-from keras_attn.training.trainer import Trainer
-from keras_attn.training.trainer import train
 from keras_attn.translation import Translator
 from keras_attn.translation_qat import QATTranslation
 from tests import scripts

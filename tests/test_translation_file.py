@@ -3,8 +3,8 @@ tested on a real export in test_translation_exporter.py)."""
 
 import pytest
 
-from keras_attn.inference.translation_file import TranslationFile
-from keras_attn.inference.translation_file import TranslationFileError
+from keras_attn.export.tflite.translation_file import TranslationFile
+from keras_attn.export.tflite.translation_file import TranslationFileError
 
 
 def test_a_file_without_the_translation_card_is_refused(tmp_path):

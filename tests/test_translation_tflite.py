@@ -3,8 +3,8 @@ test_translation_exporter.py)."""
 
 import pytest
 
-from keras_attn.export.translation_tflite import export_translation_tflite
-from keras_attn.export.translation_tflite import translation_graphs
+from keras_attn.export.tflite.translation_tflite import export_translation_tflite
+from keras_attn.export.tflite.translation_tflite import translation_graphs
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 
 pytestmark = pytest.mark.tensorflow  # TFLite conversion

@@ -4,10 +4,10 @@ labels, tokenizer and model card: the fixture of the TFLite metadata and MediaPi
 
 import keras
 
-from keras_attn.export.golden_vectors import model_card
-from keras_attn.export.tflite_export import export_tflite
+from keras_attn.export.tflite.tflite_export import export_tflite
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_classifier import BertClassifier
+from keras_attn.runs.export_directory import ModelCard
 from keras_attn.text.tokenizer import WordPieceTokenizer
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "film", "was", "good",
@@ -26,5 +26,5 @@ def tiny_classifier(directory):
     logits.kernel.assign(logits.kernel.numpy() * 50)  # probabilities away from uniform
     results = export_tflite(model, str(directory), variants=["fp32"], sequence_length=LENGTH)
     tokenizer = WordPieceTokenizer(list(VOCABULARY), lowercase=True, sequence_length=LENGTH)
-    card = model_card("classification", LABELS, LENGTH, tokenizer, lowercase=True)
+    card = ModelCard.card_dict("classification", LABELS, LENGTH, tokenizer, lowercase=True)
     return model, results["fp32"]["path"], tokenizer, card

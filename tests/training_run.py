@@ -20,8 +20,8 @@ def main(path):
         spec = json.load(file)
     import numpy as np
 
-    from keras_attn.training.config import TrainingConfig
-    from keras_attn.training.trainer import Trainer
+    from keras_attn.runs.training_config import TrainingConfig
+    from keras_attn.stages.train_stage import Trainer
 
     kill_at = spec.get("kill_at_step")
 

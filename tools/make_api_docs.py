@@ -22,13 +22,16 @@ PACKAGES = [
     ("keras_attn.models", "Models: BERT / GPT / encoder-decoder / Transformer-XL and heads"),
     ("keras_attn.text", "Text pipeline: tokenizer, readers, NER alignment and decoding"),
     ("keras_attn.checkpoints", "Pretrained weights"),
-    ("keras_attn.training", "Training: config, strategies, optimizer, checkpoints"),
-    ("keras_attn.runs", "The run directory: the contract between training and every later stage"),
-    ("keras_attn.quantization", "Quantization: the recipe, quantization-aware layers"),
-    ("keras_attn.quantization.quantize_stage", "The quantize stage (`keras-attn quantize`)"),
-    ("keras_attn.export", "Export: TFLite, ONNX, SavedModel, the export pipeline"),
-    ("keras_attn.inference", "Inference: one predictor over every artifact, the TF Serving "
-                             "REST server"),
+    ("keras_attn.training", "Training's library: tasks, strategies, optimizer, checkpoints"),
+    ("keras_attn.runs", "The contracts: the settings, the task registry, the run and export "
+                        "directories"),
+    ("keras_attn.quantization", "Quantization: quantization-aware layers and models"),
+    ("keras_attn.export", "Export formats: TFLite, ONNX, SavedModel, their metadata and "
+                          "runtimes"),
+    ("keras_attn.stages", "The stages: train, quantize and export (predict, serve and explain "
+                          "below)"),
+    ("keras_attn.stages.inference", "Inference: one predictor over every artifact, the TF "
+                                    "Serving REST server"),
 ]
 
 

@@ -28,10 +28,10 @@ import tensorflow as tf
 from keras_attn.models.transformer_xl_lm import TransformerXLLM
 from keras_attn.page_sections import replace_section
 from keras_attn.text.character_tokenizer import CharacterTokenizer
-from keras_attn.training.character_evaluation import bits_per_character
-from keras_attn.training.character_evaluation import segment_memory_nll
-from keras_attn.training.character_evaluation import sliding_window_nll
 from keras_attn.training.tasks.causal_lm_task import read_character_text
+from keras_attn.training.tasks.character_evaluation import bits_per_character
+from keras_attn.training.tasks.character_evaluation import segment_memory_nll
+from keras_attn.training.tasks.character_evaluation import sliding_window_nll
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROWS = (("none", "deep char Transformer, no auxiliary losses"),

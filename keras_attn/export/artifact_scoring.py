@@ -8,16 +8,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.layers.crf import viterbi_decode
+from keras_attn.runs.task_head import ID_INPUTS
+from keras_attn.runs.task_head import ClassificationHead
+from keras_attn.runs.task_head import TaggingHead
 from keras_attn.text.batching import PREDICT_BATCH_SIZE
 from keras_attn.text.labelled_examples import id_inputs
-from keras_attn.text.labelled_examples import score_sentences
-from keras_attn.text.labelled_examples import score_texts
-from keras_attn.text.ner import first_piece_mask
 
 LATENCY_ROUNDS = 5  # turns the artifacts take at each latency thread count
 WARMUP_RUNS = 5
-ID_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
 
 def percentiles(times_ms):
@@ -111,20 +109,10 @@ class ArtifactScorer:
     def score(self, outputs):
         """The task's metrics of per-example outputs (a CRF tagger's emissions decoded with
         the float model's transitions)."""
-        if self.use_crf:
-            outputs = [{"tags": self.crf_tags(emissions[None], example["word_ids"][None])[0]}
-                       for example, emissions in zip(self.examples, outputs)]
-        if self.tagger:
-            return score_sentences(self.examples, outputs, self.labels)
-        return score_texts(self.examples, outputs)
-
-    def crf_tags(self, logits, word_ids):
-        """Viterbi tags of `(B, S, C)` emissions over each word's first piece."""
-        crf = self.model.get_layer("crf")
-        tags = viterbi_decode(np.asarray(logits, "float32"), crf.transitions,
-                              crf.start_transitions, crf.end_transitions,
-                              mask=first_piece_mask(word_ids))
-        return keras.ops.convert_to_numpy(tags)
+        crf = self.model.get_layer("crf") if self.use_crf else None
+        head = TaggingHead(self.labels, crf) if self.tagger else ClassificationHead()
+        return head.score(self.examples, [head.decode(output, example) for example, output
+                                          in zip(self.examples, outputs)])
 
     def inputs(self, example):
         """One example's batch-1 inputs at the export's length."""

@@ -28,29 +28,28 @@ from keras_attn.export.artifact_scoring import interleaved_latency
 from keras_attn.export.export_report import report_markdown
 from keras_attn.export.file_budget import file_budget
 from keras_attn.export.file_budget import file_measures
-from keras_attn.export.golden_vectors import crf_card_section
-from keras_attn.export.golden_vectors import model_card
-from keras_attn.export.model_int8_tflite import export_model_fp32_tflite
-from keras_attn.export.model_int8_tflite import export_model_int8_tflite
-from keras_attn.export.signature_tflite import batch_specs
-from keras_attn.export.tflite_export import tflite_op_report
-from keras_attn.export.tflite_metadata import embed_metadata
+from keras_attn.export.tflite.model_int8_tflite import export_model_fp32_tflite
+from keras_attn.export.tflite.model_int8_tflite import export_model_int8_tflite
+from keras_attn.export.tflite.signature_tflite import batch_specs
+from keras_attn.export.tflite.tflite_export import tflite_op_report
+from keras_attn.export.tflite.tflite_metadata import embed_metadata
 from keras_attn.layers.crf import CRF
-from keras_attn.layers.crf import viterbi_decode
 from keras_attn.machine import cpu_description
 from keras_attn.quantization.emissions_model import emissions_model
 from keras_attn.quantization.quantization_budget import quantization_budget
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
 from keras_attn.quantization.quantization_sensitivity import quantization_sensitivity
 from keras_attn.quantization.quantize_model import float_layers
 from keras_attn.quantization.quantized_model import QuantizedModel
+from keras_attn.runs.export_directory import ModelCard
+from keras_attn.runs.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.task_head import ID_INPUTS
+from keras_attn.runs.task_head import crf_tags
 from keras_attn.version import __version__
 
 IGNORED_LABEL = -100  # a token label the metric skips (special tokens, later word pieces)
 LATENCY_RUNS = 50  # timed batch-1 runs of each file (after warm-up), in turns
 REPORT_BATCH = 64  # examples per call of a Keras model when scoring
 SENSITIVITY_BATCHES = 2  # calibration batches the sensitivity of each op is measured on
-TOKEN_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
 
 def export_model(model, output_dir, calibration_data, validation_data, tokenizer=None,
@@ -199,7 +198,7 @@ def accuracy(predicted, y):
 class Predictions:
     """What a model's outputs predict, the same way for the Keras model and its files: the
     top-1 class of the logits (per example or per token), or for a model with a CRF the
-    Viterbi tags of its emissions over the inputs' `label_mask` (`viterbi_decode`, the
+    Viterbi tags of its emissions over the inputs' `label_mask` (`crf_tags`, the
     decoding outside the file)."""
 
     def __init__(self, model):
@@ -216,10 +215,7 @@ class Predictions:
     def __call__(self, logits, inputs):
         if self.crf is None:
             return np.argmax(logits, -1)
-        crf = self.crf
-        return keras.ops.convert_to_numpy(viterbi_decode(
-            logits, crf.transitions, crf.start_transitions, crf.end_transitions,
-            mask=np.asarray(inputs["label_mask"]).astype(bool)))
+        return crf_tags(logits, self.crf, np.asarray(inputs["label_mask"]).astype(bool))
 
 
 def _batch(examples):
@@ -394,15 +390,15 @@ def _self_describing(model, output, tokenizer, labels, report):
     files (TFLite metadata), for a model whose inputs are token-id inputs; otherwise the
     reason why not."""
     names = [tensor.name for tensor in emissions_model(model).inputs]
-    if not names or any(name not in TOKEN_INPUTS for name in names):
+    if not names or any(name not in ID_INPUTS for name in names):
         return {"metadata": [], "mediapipe": {}, "error": (
             f"No metadata: the model's inputs {names} are not token-id inputs named "
-            f"{list(TOKEN_INPUTS)}, so the files carry no vocabulary")}
+            f"{list(ID_INPUTS)}, so the files carry no vocabulary")}
     crf = Predictions(model).crf
-    crf = None if crf is None else crf_card_section(*[
+    crf = None if crf is None else ModelCard.crf_section(*[
         keras.ops.convert_to_numpy(w) for w in (crf.transitions, crf.start_transitions,
                                                 crf.end_transitions)])
-    card = model_card(report["task"], labels, report["sequence_length"], tokenizer,
+    card = ModelCard.card_dict(report["task"], labels, report["sequence_length"], tokenizer,
                       tokenizer.lowercase, metric="accuracy", crf=crf,
                       metrics={row["artifact"]: row["metric"] for row in report["artifacts"]},
                       source_run=report["source_run"], version=__version__,

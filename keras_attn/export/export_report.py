@@ -7,7 +7,7 @@ import dataclasses
 from keras_attn.export.length_buckets import buckets_markdown
 from keras_attn.export.mediapipe_export import self_describing_markdown
 from keras_attn.export.twin_agreement import twin_agreement_markdown
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.quantization_recipe import QuantizationRecipe
 
 
 def _qat_description(report):

@@ -2,7 +2,7 @@
 
 A fixed-length model makes every input pay for the longest one: at length 128, a 20-token
 sentence runs 108 padding positions through every layer. `model_<variant>_buckets.tflite`
-(`keras_attn.export.tflite_export`, `buckets=bucket_lengths(L)`) holds one signature per
+(`keras_attn.export.tflite.tflite_export`, `buckets=bucket_lengths(L)`) holds one signature per
 length bucket (16, 24, 32, 48, 64, ... and `L`) over one copy of the weights, and each input runs on
 the shortest bucket that holds its tokens (`BucketedTFLite`). They are written beside the
 fixed-length files, which keep their one-signature contract (MediaPipe, apps and tools that
@@ -19,8 +19,8 @@ import time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_attn.export.tflite_runtime import BucketedTFLite
-from keras_attn.export.tflite_runtime import default_signature_runner
+from keras_attn.export.tflite.tflite_runtime import BucketedTFLite
+from keras_attn.export.tflite.tflite_runtime import default_signature_runner
 
 # The variants written with buckets: float, and the two int8 files apps use.
 BUCKET_VARIANTS = ("fp32", "dynamic_int8", "int8")

@@ -8,7 +8,7 @@ tensor metadata named `ids` / `mask` / `segment_ids`, labels on the output. Its 
 one float32 (or uint8) tensor, which it reports as the scores as is. So the MediaPipe files are
 our exported `model_int8.tflite` / `model_fp32.tflite` (static batch 1, fixed length) with one
 `SOFTMAX` appended after the logits (a float op after the int8 model's final `DEQUANTIZE`) and
-the MediaPipe flavour of `keras_attn.export.tflite_metadata`:
+the MediaPipe flavour of `keras_attn.export.tflite.tflite_metadata`:
 
     p = softmax(logits) = exp(logits - max) / sum(exp(logits - max))
 
@@ -28,10 +28,11 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
-from keras_attn.export.onnx_metadata import embed_onnx_metadata
-from keras_attn.export.tflite_metadata import embed_metadata
-from keras_attn.export.tflite_runtime import run_tflite
+from keras_attn.export.onnx.onnx_metadata import embed_onnx_metadata
+from keras_attn.export.tflite.tflite_metadata import embed_metadata
+from keras_attn.export.tflite.tflite_runtime import run_tflite
 from keras_attn.runs.export_directory import ExportDirectory
+from keras_attn.runs.task_head import ID_INPUTS
 from keras_attn.text.batching import PREDICT_BATCH_SIZE
 
 MEDIAPIPE_VARIANTS = ("fp32", "int8")  # fp32 first: it finds the texts tokenized differently
@@ -109,8 +110,7 @@ def _litert_probabilities(path, tokenizer, texts, num_labels):
     if not texts:
         return np.zeros((0, num_labels))
     packed = tokenizer(list(texts))
-    inputs = {name: np.asarray(packed[name]).astype("int32")
-              for name in ("token_ids", "segment_ids", "padding_mask")}
+    inputs = {name: np.asarray(packed[name]).astype("int32") for name in ID_INPUTS}
     return run_tflite(path, inputs).astype("float64")
 
 
@@ -210,8 +210,7 @@ def keras_probabilities(model, tokenizer, texts, batch_size=PREDICT_BATCH_SIZE):
     rows = []
     for start in range(0, len(texts), batch_size):
         packed = tokenizer(texts[start:start + batch_size])
-        x = {name: np.asarray(packed[name]).astype("int32")
-             for name in ("token_ids", "segment_ids", "padding_mask")}
+        x = {name: np.asarray(packed[name]).astype("int32") for name in ID_INPUTS}
         logits = keras.ops.convert_to_numpy(model(x, training=False)).astype("float64")
         exp = np.exp(logits - logits.max(-1, keepdims=True))
         rows.append(exp / exp.sum(-1, keepdims=True))

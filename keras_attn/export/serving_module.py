@@ -38,6 +38,7 @@ from keras_attn import atomic_files
 from keras_attn.models.deployable_models import TAGGERS
 from keras_attn.models.deployable_models import check_deployable_model
 from keras_attn.runs.run_directory import output_count
+from keras_attn.runs.task_head import ID_INPUTS
 from keras_attn.text.ner import IOB_TAG
 from keras_attn.text.ner import align_word_labels
 from keras_attn.text.tokenizer import WordPieceTokenizer
@@ -104,7 +105,7 @@ class ServingModule(tf.Module):
                 return tf.cast(outputs["logits"], tf.float32), outputs["tags"]
             return tf.cast(outputs, tf.float32), None
 
-        id_names = ["token_ids", "segment_ids", "padding_mask"]
+        id_names = list(ID_INPUTS)
         id_names += ["label_mask"] if use_crf else []
         id_specs = {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in id_names}
 

@@ -52,7 +52,7 @@ Conversion: the variables are frozen into constants (tracked Keras 3 variables s
 VAR_HANDLE / READ_VARIABLE ops in a TFLite model and read as NaN), the tf-text ops are called
 without their ragged wrappers (whose `RaggedRange`/ragged gathers are neither builtins nor
 tf-text custom ops), and the converter (builtins plus `allow_custom_ops`) runs in the child
-process of `keras_attn.export.converter_process`: it leaks memory when it runs many times in
+process of `keras_attn.export.tflite.converter_process`: it leaks memory when it runs many times in
 one process.
 """
 
@@ -61,7 +61,6 @@ import os
 import tempfile
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -69,16 +68,16 @@ from ai_edge_litert.interpreter import InterpreterWithCustomOps
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_attn import atomic_files
-from keras_attn.export.converter_process import run_job
-from keras_attn.export.tflite_export import TFLiteExportError
-from keras_attn.export.tflite_export import tflite_op_report
-from keras_attn.layers.crf import viterbi_decode
+from keras_attn.export.tflite.converter_process import run_job
+from keras_attn.export.tflite.tflite_export import TFLiteExportError
+from keras_attn.export.tflite.tflite_export import tflite_op_report
 from keras_attn.models.deployable_models import TAGGERS
 from keras_attn.models.deployable_models import check_deployable_model
-from keras_attn.quantization.model_queries import max_sequence_length
+from keras_attn.runs.task_head import check_length
+from keras_attn.runs.task_head import crf_word_tags
+from keras_attn.runs.task_head import max_sequence_length
 from keras_attn.text.ner import decode_word_labels
 from keras_attn.text.ner import entity_spans
-from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.ner import repair_iob2
 from keras_attn.text.tokenizer import MAX_CHARS_PER_WORD
 from keras_attn.text.tokenizer import WordPieceTokenizer
@@ -113,13 +112,15 @@ def _check_arguments(model, tokenizer):
         )
     minimum = 3 if isinstance(model, TAGGERS) else 2
     # XLNet's relative positions have no table, so no longest length.
-    limit = max_sequence_length(model) or tokenizer.sequence_length
-    if not minimum <= tokenizer.sequence_length <= limit:
+    limit = max_sequence_length(model)
+    if tokenizer.sequence_length < minimum:
         raise ValueError(
-            f"The tokenizer's `sequence_length` must be in [{minimum}, "
-            f"max_sequence_length={limit}] (the position table). "
+            f"The tokenizer's `sequence_length` must be at least {minimum} "
+            f"({'[CLS], a piece, [SEP]' if minimum == 3 else '[CLS], [SEP]'}). "
             f"Received: sequence_length={tokenizer.sequence_length}"
         )
+    check_length(tokenizer.sequence_length, limit, "The tokenizer's sequence_length",
+                 fix=f"build the tokenizer with sequence_length={limit} or less")
 
 
 def text_function(model, tokenizer):
@@ -275,7 +276,7 @@ def _frozen_saved_model(function, directory):
 
 def export_text_tflite(model, tokenizer, output_path, timeout=1800):
     """Writes `model_text.tflite` (raw text in, see the module docstring), converted in the
-    converter's child process (`keras_attn.export.converter_process`).
+    converter's child process (`keras_attn.export.tflite.converter_process`).
 
     Args:
         model: a float classifier or tagger (`deployable_models`; a BERT tagger optionally
@@ -387,9 +388,7 @@ def decode_text_entities(outputs, text, label_vocabulary, crf=None):
         )
     predictions = logits
     if crf is not None:
-        predictions = keras.ops.convert_to_numpy(viterbi_decode(
-            np.asarray(logits, np.float32), crf.transitions, crf.start_transitions,
-            crf.end_transitions, mask=first_piece_mask(word_ids)))  # (1, L)
+        predictions = crf_word_tags(logits, crf, word_ids)  # (1, L)
     tags, _ = decode_word_labels(predictions, word_ids, [num_words], label_vocabulary)
     tags, repairs = repair_iob2(tags[0])
     word_starts = np.asarray(outputs["word_start"]).reshape(-1)  # (L,)

@@ -1,10 +1,10 @@
 """What the Transformer blocks share; not exported, read it next to the blocks.
 
 - `FeedForwardMixin`: the position-wise feed-forward sublayer (with its residual
-  connection, dropout and layer norm) and the layer-norm factory, used by
-  `TransformerEncoderBlock`, `TransformerDecoderBlock` and `TransformerXLBlock`.
-- `TransformerBlockBase`: the arguments, validation and config of the encoder and
-  decoder blocks, which differ only in their attention sublayers.
+  connection, dropout and layer norm) and the layer-norm factory.
+- `TransformerBlockBase`: the arguments, validation and config of every block
+  (`TransformerEncoderBlock`, `TransformerDecoderBlock`, and the relative-attention
+  `TransformerXLBlock` and `XLNetBlock`), which differ in their attention sublayers.
 - `gelu_approximate` and `resolve_key_dim`, helpers of the blocks' arguments.
 
 Users build models from the public blocks; subclass `TransformerBlockBase` only to write
@@ -78,13 +78,20 @@ class FeedForwardMixin:
 
 
 class TransformerBlockBase(FeedForwardMixin, keras.layers.Layer):
-    """Arguments, validation, config and feed-forward sublayer of the encoder and
-    decoder blocks.
+    """Arguments, validation, config and feed-forward sublayer of the Transformer blocks.
 
     Subclasses build and call their attention sublayers and end with
     `_build_feedforward` / `_feedforward_sublayer`. See `TransformerEncoderBlock` for
-    the arguments.
+    the arguments. A block whose constructor takes other arguments (the relative-attention
+    blocks: a `memory_length`, no `fused_qkv`) passes the shared ones to this `__init__`
+    and names its own config in `config_keys`.
     """
+
+    # The attributes `get_config` records, in order: each is the constructor argument of
+    # the same name (`activation` and `*_initializer` serialized).
+    config_keys = ("num_heads", "intermediate_dim", "key_dim", "dropout", "attention_dropout",
+                   "activation", "layer_norm_epsilon", "norm_first", "fused_qkv",
+                   "kernel_initializer", "bias_initializer")
 
     def __init__(
         self,
@@ -150,19 +157,13 @@ class TransformerBlockBase(FeedForwardMixin, keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            intermediate_dim=self.intermediate_dim,
-            key_dim=self.key_dim,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            activation=serialize_activation(self.activation),
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            norm_first=self.norm_first,
-            fused_qkv=self.fused_qkv,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-        )
+        for key in self.config_keys:
+            value = getattr(self, key)
+            if key == "activation":
+                value = serialize_activation(value)
+            elif key.endswith("_initializer"):
+                value = keras.initializers.serialize(value)
+            config[key] = value
         return config
 
 

@@ -6,19 +6,14 @@ from keras_attn.layers.int8_attention import relative_score_terms
 from keras_attn.layers.int8_layout_settings import check_layout_settings
 from keras_attn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_attn.layers.relative_multi_head_attention import _key_padding_mask
-from keras_attn.layers.transformer_block_base import FeedForwardMixin
-from keras_attn.layers.transformer_block_base import get_activation
-from keras_attn.layers.transformer_block_base import int8_block_weights
+from keras_attn.layers.transformer_block_base import TransformerBlockBase
 from keras_attn.layers.transformer_block_base import resolve_key_dim
-from keras_attn.layers.transformer_block_base import serialize_activation
-from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
-from keras_attn.layers.validation import check_rate
 from keras_attn.layers.validation import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerXLBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
+class TransformerXLBlock(EncoderInt8Layout, TransformerBlockBase):
     """One Transformer-XL layer: relative attention over [memory; segment] + FFN.
 
     Dai et al., 2019, "Transformer-XL: Attentive Language Models Beyond a Fixed-Length
@@ -88,6 +83,9 @@ class TransformerXLBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer
     ((1, 4, 8), (1, 4, 8))
     """
 
+    config_keys = ("num_heads", "intermediate_dim", "key_dim", "memory_length", "dropout",
+                   "activation", "layer_norm_epsilon", "norm_first", "kernel_initializer")
+
     def __init__(
         self,
         num_heads,
@@ -102,25 +100,14 @@ class TransformerXLBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer
         quantization=None,
         **kwargs,
     ):
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("intermediate_dim", intermediate_dim)
-        if key_dim is not None:
-            check_positive_int("key_dim", key_dim)
         if memory_length is not None:
             check_positive_int("memory_length", memory_length)
-        check_rate("dropout", dropout)
-        check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.key_dim = key_dim
+        super().__init__(
+            num_heads, intermediate_dim, key_dim=key_dim, dropout=dropout,
+            activation=activation, layer_norm_epsilon=layer_norm_epsilon,
+            norm_first=norm_first, kernel_initializer=kernel_initializer, **kwargs,
+        )
         self.memory_length = memory_length
-        self.dropout = dropout
-        self.activation = get_activation(activation)
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.norm_first = norm_first
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.supports_masking = True
         self.quantization = check_layout_settings(quantization)
         if self.quantization is not None:
             self._init_int8_layout(intermediate_dim, **self.quantization)
@@ -201,13 +188,8 @@ class TransformerXLBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer
         return self._feedforward_sublayer(x, training)  # (B, T, d)
 
     # === Int8 layout (`quantization`) ===
-
-    attention_dropout_layer = property(lambda self: self.self_attention.dropout_layer)
-    attention_output_dropout_layer = property(lambda self: self.self_attention_dropout)
-    feedforward_dropout_layer = property(lambda self: self.feedforward_dropout)
-
-    def _int8_weights(self):
-        return int8_block_weights(self, self.self_attention, self.self_attention_layer_norm)
+    # `TransformerBlockBase` gives the layout its sublayers and weights (`self_attention`,
+    # separate Q/K/V kernels).
 
     def _int8_block_call(self, inputs, memory, padding_mask, causal, training):
         """The layout's output `(B, T, d)`, and the inputs as its Q/K/V matmul reads them
@@ -231,19 +213,3 @@ class TransformerXLBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer
 
     def compute_mask(self, inputs, mask=None, **kwargs):
         return (mask, None)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            intermediate_dim=self.intermediate_dim,
-            key_dim=self.key_dim,
-            memory_length=self.memory_length,
-            dropout=self.dropout,
-            activation=serialize_activation(self.activation),
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            norm_first=self.norm_first,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-        )
-        return config
-

@@ -6,22 +6,17 @@ from keras import ops
 from keras_attn.layers.encoder_int8_layout import EncoderInt8Layout
 from keras_attn.layers.int8_attention import relative_score_terms
 from keras_attn.layers.int8_layout_settings import check_layout_settings
-from keras_attn.layers.transformer_block_base import FeedForwardMixin
-from keras_attn.layers.transformer_block_base import get_activation
+from keras_attn.layers.transformer_block_base import TransformerBlockBase
 from keras_attn.layers.transformer_block_base import int8_block_weights
 from keras_attn.layers.transformer_block_base import resolve_key_dim
-from keras_attn.layers.transformer_block_base import serialize_activation
 from keras_attn.layers.two_stream_relative_attention import TwoStreamRelativeAttention
 from keras_attn.layers.two_stream_relative_attention import different_segments
 from keras_attn.layers.two_stream_relative_attention import stream_masks
-from keras_attn.layers.validation import check_number_above
-from keras_attn.layers.validation import check_positive_int
-from keras_attn.layers.validation import check_rate
 from keras_attn.layers.validation import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
+class XLNetBlock(EncoderInt8Layout, TransformerBlockBase):
     """One XLNet layer: two-stream relative attention + FFN, post-LN (Yang et al., 2019).
 
     Both streams go through the same sublayers (one set of weights):
@@ -67,27 +62,22 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
     ((1, 3, 8), (1, 3, 8))
     """
 
-    # Post-LN, as BERT's block (what the int8 layout asks).
-    norm_first = False
+    config_keys = ("num_heads", "intermediate_dim", "key_dim", "dropout", "activation",
+                   "layer_norm_epsilon", "kernel_initializer")
 
     def __init__(self, num_heads, intermediate_dim, key_dim=None, dropout=0.0,
                  activation="gelu", layer_norm_epsilon=1e-12,
                  kernel_initializer=None, quantization=None, **kwargs):
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("intermediate_dim", intermediate_dim)
-        if key_dim is not None:
-            check_positive_int("key_dim", key_dim)
-        check_rate("dropout", dropout)
-        check_number_above("layer_norm_epsilon", layer_norm_epsilon, 0)
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.key_dim = key_dim
-        self.dropout = dropout
-        self.activation = get_activation(activation)
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or keras.initializers.RandomNormal(stddev=0.02))
+        # Post-LN (`norm_first=False`), as BERT's block (what the int8 layout asks).
+        super().__init__(
+            num_heads, intermediate_dim, key_dim=key_dim, dropout=dropout,
+            activation=activation, layer_norm_epsilon=layer_norm_epsilon,
+            kernel_initializer=kernel_initializer or keras.initializers.RandomNormal(
+                stddev=0.02),
+            **kwargs,
+        )
+        # Both streams come with their masks in `attention_mask`: no Keras mask to carry.
+        self.supports_masking = False
         self.quantization = check_layout_settings(quantization)
         if self.quantization is not None:
             self._init_int8_layout(intermediate_dim, **self.quantization)
@@ -191,16 +181,3 @@ class XLNetBlock(EncoderInt8Layout, FeedForwardMixin, keras.layers.Layer):
         if query_stream is None:
             return content
         return content, keras.KerasTensor(query_stream.shape, self.compute_dtype)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            intermediate_dim=self.intermediate_dim,
-            key_dim=self.key_dim,
-            dropout=self.dropout,
-            activation=serialize_activation(self.activation),
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-        )
-        return config

@@ -3,6 +3,7 @@
 from keras_attn.models.attention_rnn_seq2seq import ATTENTION_RNN_PRESETS
 from keras_attn.models.attention_rnn_seq2seq import AttentionRNNSeq2Seq
 from keras_attn.models.auxiliary_loss_lm import AuxiliaryLossLM
+from keras_attn.models.backbone import Backbone
 from keras_attn.models.bert_backbone import BERT_PRESETS
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import bert_parameter_count
@@ -22,6 +23,7 @@ from keras_attn.models.permutation_lm_inputs import permutation_lm_inputs
 from keras_attn.models.seq2seq_transformer import SEQ2SEQ_TRANSFORMER_PRESETS
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 from keras_attn.models.seq2seq_transformer import make_teacher_forcing_batch
+from keras_attn.models.task_model import TaskModel
 from keras_attn.models.transformer_xl_lm import TRANSFORMER_XL_PRESETS
 from keras_attn.models.transformer_xl_lm import TransformerXLLM
 from keras_attn.models.xlnet_backbone import XLNET_PRESETS
@@ -39,6 +41,7 @@ __all__ = [
     "TRANSFORMER_XL_PRESETS",
     "AttentionRNNSeq2Seq",
     "AuxiliaryLossLM",
+    "Backbone",
     "BertBackbone",
     "BertClassifier",
     "BertMaskedLM",
@@ -49,6 +52,7 @@ __all__ = [
     "MaskedLMHead",
     "MaskedSparseCategoricalCrossentropy",
     "Seq2SeqTransformer",
+    "TaskModel",
     "TransformerXLLM",
     "bert_parameter_count",
     "gpt_parameter_count",

@@ -4,8 +4,7 @@ from keras import ops
 from keras_attn.layers.scored_attention import ScoredAttention
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
-from keras_attn.models.model_arguments import preset_arguments
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.backbone import Backbone
 from keras_attn.models.seq2seq_decoding import EncoderDecoderDecoding
 
 # `attention_rnn_tiny` is for unit tests; `attention_rnn_small` is the Multi30k
@@ -20,7 +19,7 @@ ATTENTION_RNN_PRESETS = {
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class AttentionRNNSeq2Seq(EncoderDecoderDecoding, ModelConfig, keras.Model):
+class AttentionRNNSeq2Seq(EncoderDecoderDecoding, Backbone):
     """RNN encoder-decoder with additive attention (Bahdanau et al., 2015, "Neural
     Machine Translation by Jointly Learning to Align and Translate").
 
@@ -42,7 +41,9 @@ class AttentionRNNSeq2Seq(EncoderDecoderDecoding, ModelConfig, keras.Model):
     `Seq2SeqTransformer`. Dropout is applied to the embeddings and to `o_t`.
 
     Layer names: `token_embedding`, `encoder`, `bridge`, `decoder`, `attention`,
-    `combine`, `embedding_dropout`, `output_dropout`. Presets: `ATTENTION_RNN_PRESETS`.
+    `combine`, `embedding_dropout`, `output_dropout`. Presets: `ATTENTION_RNN_PRESETS`
+    (`from_preset`). `token_embedding` is the shared embedding; `transformer_layers` is
+    empty.
 
     Args:
         vocabulary_size: int, size of the shared source/target vocabulary `V`.
@@ -67,7 +68,14 @@ class AttentionRNNSeq2Seq(EncoderDecoderDecoding, ModelConfig, keras.Model):
     >>> tuple(model({"encoder_token_ids": ids, "encoder_padding_mask": ids != 0,
     ...              "decoder_token_ids": ids, "decoder_padding_mask": ids != 0}).shape)
     (1, 4, 20)
+    >>> model = AttentionRNNSeq2Seq.from_preset("attention_rnn_tiny", vocabulary_size=50)
+    >>> model.hidden_dim, model.transformer_layers
+    (16, [])
     """
+
+    presets = ATTENTION_RNN_PRESETS
+    preset_family = "AttentionRNNSeq2Seq"
+    transformer_layer_prefixes = ()  # GRUs, no Transformer blocks
 
     def __init__(self, vocabulary_size, embedding_dim, hidden_dim, attention_units,
                  dropout=0.1, dtype=None, **kwargs):
@@ -150,17 +158,3 @@ class AttentionRNNSeq2Seq(EncoderDecoderDecoding, ModelConfig, keras.Model):
                                                             axis=-1))  # (B, E)
         logits = self.get_layer("token_embedding")(outputs, reverse=True)  # (B, V)
         return logits, {**cache, "state": state}, alpha
-
-    # === Presets ===
-
-    @classmethod
-    def from_preset(cls, name, **overrides):
-        """A model with the sizes of `ATTENTION_RNN_PRESETS[name]` and fresh weights.
-
-        Example:
-        >>> model = AttentionRNNSeq2Seq.from_preset("attention_rnn_tiny", vocabulary_size=50)
-        >>> model.hidden_dim
-        16
-        """
-        arguments = preset_arguments(ATTENTION_RNN_PRESETS, name, "AttentionRNNSeq2Seq")
-        return cls(**{**arguments, **overrides})

@@ -5,9 +5,8 @@ from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
+from keras_attn.models.backbone import Backbone
 from keras_attn.models.model_arguments import check_transformer_sizes
-from keras_attn.models.model_arguments import preset_arguments
-from keras_attn.models.model_config import ModelConfig
 
 # Architectures of the published BERT family (weights are imported separately, see
 # `keras_attn.checkpoints`). Sizes from Devlin et al. (2019) for base/large, Turc et al.
@@ -32,7 +31,7 @@ def bert_kernel_initializer():
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertBackbone(ModelConfig, keras.Model):
+class BertBackbone(Backbone):
     """BERT encoder (Devlin et al., 2019, "BERT: Pre-training of Deep Bidirectional
     Transformers for Language Understanding", §3 and Fig. 2).
 
@@ -44,10 +43,10 @@ class BertBackbone(ModelConfig, keras.Model):
     A functional `keras.Model` whose layers carry the names checkpoint importers look
     up: `embeddings` (a `TokenAndPositionEmbedding` with sublayers `token_embedding`,
     `segment_embedding`, `position_embedding`), `embeddings_layer_norm`,
-    `embeddings_dropout`, `transformer_layer_{i}` (post-LN `TransformerEncoderBlock`s)
-    and `pooled_dense`. `BERT_PRESETS` holds the published sizes; `from_preset` builds
-    one with fresh weights (`keras_attn.checkpoints.load_hf_bert` and `load_google_bert`
-    import pretrained ones).
+    `embeddings_dropout`, `transformer_layer_{i}` (post-LN `TransformerEncoderBlock`s,
+    `transformer_layers`) and `pooled_dense`. `BERT_PRESETS` holds the published sizes;
+    `from_preset` (`Backbone`'s) builds one with fresh weights
+    (`keras_attn.checkpoints.load_hf_bert` and `load_google_bert` import pretrained ones).
 
     `pooled_output` comes from a second call of the last block with only the [CLS] row as
     query (`query_length=1`, same weights, same values): a model that reads only the
@@ -94,7 +93,13 @@ class BertBackbone(ModelConfig, keras.Model):
     ...              "padding_mask": np.array([[1, 1, 1, 0]])})
     >>> tuple(out["sequence_output"].shape), tuple(out["pooled_output"].shape)
     ((1, 4, 8), (1, 8))
+    >>> tuple(BertBackbone.from_preset("bert_tiny").token_embedding.embeddings.shape)
+    (30522, 128)
     """
+
+    presets = BERT_PRESETS
+    preset_family = "BERT"
+    token_embedding_path = "embeddings.token_embedding"  # tied to the MLM output
 
     def __init__(
         self,
@@ -166,31 +171,6 @@ class BertBackbone(ModelConfig, keras.Model):
         # === Config ===
         self.store_arguments(locals())
 
-    @property
-    def token_embedding(self):
-        """The `keras.layers.Embedding` of the token ids (tied to the MLM output)."""
-        return self.get_layer("embeddings").token_embedding
-
-    @property
-    def transformer_layers(self):
-        """The `L` encoder blocks, first to last."""
-        return [self.get_layer(f"transformer_layer_{i}") for i in range(self.num_layers)]
-
-    @classmethod
-    def from_preset(cls, name, **overrides):
-        """A backbone with the architecture of `BERT_PRESETS[name]` and fresh weights.
-
-        Args:
-            name: str, a key of `BERT_PRESETS`.
-            **overrides: constructor arguments replacing the preset's (`dropout`,
-                `max_sequence_length`, `dtype`, ...).
-
-        Example:
-        >>> tuple(BertBackbone.from_preset("bert_tiny").token_embedding.embeddings.shape)
-        (30522, 128)
-        """
-        arguments = preset_arguments(BERT_PRESETS, name, "BERT")
-        return cls(**{**arguments, **overrides})
 
 
 def bert_parameter_count(

@@ -5,11 +5,11 @@ from keras_attn.layers.validation import check_rate
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import bert_kernel_initializer
 from keras_attn.models.bert_backbone import check_bert_backbone
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.task_model import TaskModel
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertClassifier(ModelConfig, keras.Model):
+class BertClassifier(TaskModel):
     """Sequence classification with BERT (Devlin et al., 2019, §4.1, GLUE).
 
         logits = W Dropout(pooled_output) + b,   pooled_output = tanh(W_p h_[CLS] + b_p)
@@ -39,7 +39,12 @@ class BertClassifier(ModelConfig, keras.Model):
     ...                      "padding_mask": np.array([[1, 1, 1, 0]])})
     >>> tuple(logits.shape)
     (1, 3)
+
+    `BertClassifier.from_preset(name, num_classes, dropout=0.1, **backbone_overrides)`
+    (`TaskModel`'s) builds it on `BertBackbone.from_preset(name, **backbone_overrides)`.
     """
+
+    backbone_class = BertBackbone
 
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         check_bert_backbone(backbone)
@@ -63,9 +68,3 @@ class BertClassifier(ModelConfig, keras.Model):
 
         # === Config ===
         self.store_arguments(locals())
-
-    @classmethod
-    def from_preset(cls, name, num_classes, dropout=0.1, **backbone_overrides):
-        """A classifier on `BertBackbone.from_preset(name, **backbone_overrides)`."""
-        return cls(BertBackbone.from_preset(name, **backbone_overrides),
-                   num_classes=num_classes, dropout=dropout)

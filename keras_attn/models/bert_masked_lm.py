@@ -3,11 +3,11 @@ import keras
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import check_bert_backbone
 from keras_attn.models.masked_lm_head import MaskedLMHead
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.task_model import TaskModel
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertMaskedLM(ModelConfig, keras.Model):
+class BertMaskedLM(TaskModel):
     """BERT with its masked-language-model head (Devlin et al., 2019, §3.1, Task #1).
 
         logits[b, p] = MaskedLMHead(sequence_output)[b, mask_positions[b, p]]   (B, P, V)
@@ -39,7 +39,12 @@ class BertMaskedLM(ModelConfig, keras.Model):
     ...               "mask_positions": np.array([[1, 2]])})
     >>> tuple(logits.shape)
     (1, 2, 50)
+
+    `BertMaskedLM.from_preset(name, **backbone_overrides)` (`TaskModel`'s) builds it on
+    `BertBackbone.from_preset(name, **backbone_overrides)`.
     """
+
+    backbone_class = BertBackbone
 
     def __init__(self, backbone, **kwargs):
         check_bert_backbone(backbone)
@@ -72,8 +77,3 @@ class BertMaskedLM(ModelConfig, keras.Model):
         # === Config ===
         self.backbone = backbone
         self.masked_lm_head = masked_lm_head
-
-    @classmethod
-    def from_preset(cls, name, **backbone_overrides):
-        """A masked LM on `BertBackbone.from_preset(name, **backbone_overrides)`."""
-        return cls(BertBackbone.from_preset(name, **backbone_overrides))

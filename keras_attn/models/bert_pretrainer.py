@@ -5,13 +5,13 @@ from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import bert_kernel_initializer
 from keras_attn.models.bert_backbone import check_bert_backbone
 from keras_attn.models.masked_lm_head import MaskedLMHead
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.task_model import TaskModel
 
 TARGET_KEYS = ("mask_ids", "mask_weights", "next_sentence_labels")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertPretrainer(ModelConfig, keras.Model):
+class BertPretrainer(TaskModel):
     """BERT pretraining: masked LM + next-sentence prediction (Devlin et al., 2019, §3.1).
 
         L = L_MLM + L_NSP
@@ -50,7 +50,12 @@ class BertPretrainer(ModelConfig, keras.Model):
     >>> history = pretrainer.fit(x, y, epochs=2, verbose=0)
     >>> tuple(pretrainer.predict(x, verbose=0)["nsp_logits"].shape)
     (1, 2)
+
+    `BertPretrainer.from_preset(name, **backbone_overrides)` (`TaskModel`'s) builds it on
+    `BertBackbone.from_preset(name, **backbone_overrides)`.
     """
+
+    backbone_class = BertBackbone
 
     def __init__(self, backbone, **kwargs):
         check_bert_backbone(backbone)
@@ -123,8 +128,3 @@ class BertPretrainer(ModelConfig, keras.Model):
         for loss in self.losses:
             total = total + ops.cast(loss, "float32")
         return total
-
-    @classmethod
-    def from_preset(cls, name, **backbone_overrides):
-        """A pretrainer on `BertBackbone.from_preset(name, **backbone_overrides)`."""
-        return cls(BertBackbone.from_preset(name, **backbone_overrides))

@@ -8,13 +8,13 @@ from keras_attn.layers.validation import check_rate
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.bert_backbone import bert_kernel_initializer
 from keras_attn.models.bert_backbone import check_bert_backbone
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.task_model import TaskModel
 
 IGNORE_INDEX = -100
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertTokenClassifier(ModelConfig, keras.Model):
+class BertTokenClassifier(TaskModel):
     """Token classification (NER) with BERT (Devlin et al., 2019, §5.3, CoNLL-2003).
 
         logits_t = W Dropout(h_t) + b                       (B, T, num_labels)
@@ -60,7 +60,13 @@ class BertTokenClassifier(ModelConfig, keras.Model):
     >>> out = crf_tagger({**x, "label_mask": np.array([[0, 1, 1, 0]])})
     >>> tuple(out["tags"].shape), keras.backend.standardize_dtype(out["tags"].dtype)
     ((1, 4), 'int32')
+
+    `BertTokenClassifier.from_preset(name, num_labels, dropout=0.1, use_crf=False,
+    **backbone_overrides)` (`TaskModel`'s) builds it on
+    `BertBackbone.from_preset(name, **backbone_overrides)`.
     """
+
+    backbone_class = BertBackbone
 
     def __init__(self, backbone, num_labels, dropout=0.1, use_crf=False, **kwargs):
         check_bert_backbone(backbone)
@@ -124,12 +130,6 @@ class BertTokenClassifier(ModelConfig, keras.Model):
         if not self.use_crf:
             return super().compute_loss(x, y, y_pred, sample_weight, training)
         return crf_loss(self, y, y_pred, sample_weight)
-
-    @classmethod
-    def from_preset(cls, name, num_labels, dropout=0.1, use_crf=False, **backbone_overrides):
-        """A tagger on `BertBackbone.from_preset(name, **backbone_overrides)`."""
-        return cls(BertBackbone.from_preset(name, **backbone_overrides),
-                   num_labels=num_labels, dropout=dropout, use_crf=use_crf)
 
 
 def crf_loss(model, y, y_pred, sample_weight=None):

@@ -6,9 +6,8 @@ from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
+from keras_attn.models.backbone import Backbone
 from keras_attn.models.model_arguments import check_transformer_sizes
-from keras_attn.models.model_arguments import preset_arguments
-from keras_attn.models.model_config import ModelConfig
 
 # Architectures of the published GPT-2 family (Radford et al., 2019, Table 2, with the
 # widths of OpenAI's released checkpoints: 768 / 1024 / 1280 / 1600). `gpt2_tiny` is the
@@ -35,7 +34,7 @@ def gpt_kernel_initializer():
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class GPTBackbone(ModelConfig, keras.Model):
+class GPTBackbone(Backbone):
     """GPT-2 decoder-only Transformer (Radford et al., 2019, "Language Models are
     Unsupervised Multitask Learners", §2.3; GPT: Radford et al., 2018).
 
@@ -89,7 +88,13 @@ class GPTBackbone(ModelConfig, keras.Model):
     ...              "padding_mask": np.array([[1, 1, 1, 0]])})
     >>> tuple(out.shape)
     (1, 4, 8)
+    >>> GPTBackbone.from_preset("gpt2_tiny").count_params()
+    29696
     """
+
+    presets = GPT_PRESETS
+    preset_family = "GPT"
+    token_embedding_path = "embeddings.token_embedding"  # `wte`, tied to the LM head
 
     def __init__(
         self,
@@ -158,31 +163,6 @@ class GPTBackbone(ModelConfig, keras.Model):
         # === Config ===
         self.store_arguments(locals())
 
-    @property
-    def token_embedding(self):
-        """The `keras.layers.Embedding` of the token ids (`wte`, tied to the LM head)."""
-        return self.get_layer("embeddings").token_embedding
-
-    @property
-    def transformer_layers(self):
-        """The `L` decoder blocks, first to last."""
-        return [self.get_layer(f"transformer_layer_{i}") for i in range(self.num_layers)]
-
-    @classmethod
-    def from_preset(cls, name, **overrides):
-        """A backbone with the architecture of `GPT_PRESETS[name]` and fresh weights.
-
-        Args:
-            name: str, a key of `GPT_PRESETS`.
-            **overrides: constructor arguments replacing the preset's (`dropout`,
-                `max_sequence_length`, `dtype`, ...).
-
-        Example:
-        >>> GPTBackbone.from_preset("gpt2_tiny").count_params()
-        29696
-        """
-        arguments = preset_arguments(GPT_PRESETS, name, "GPT")
-        return cls(**{**arguments, **overrides})
 
 
 def gpt_parameter_count(

@@ -9,7 +9,7 @@ from keras_attn.layers.validation import check_int
 from keras_attn.models.block_copies import block_copies
 from keras_attn.models.block_copies import copy_block_weights
 from keras_attn.models.gpt_backbone import GPTBackbone
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.task_model import TaskModel
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -110,7 +110,7 @@ class _Reference:
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class GPTCausalLM(ModelConfig, keras.Model):
+class GPTCausalLM(TaskModel):
     """GPT-2 language model: a `GPTBackbone` and the tied output projection, plus cached
     decoding (greedy, sampling, beam search).
 
@@ -147,6 +147,8 @@ class GPTCausalLM(ModelConfig, keras.Model):
     >>> tuple(lm.generate(np.array([[3, 4, 5]]), max_new_tokens=4).shape)
     (1, 7)
     """
+
+    backbone_class = GPTBackbone
 
     def __init__(self, backbone, **kwargs):
         if not isinstance(backbone, GPTBackbone):

@@ -9,9 +9,8 @@ from keras_attn.layers.validation import check_int
 from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
+from keras_attn.models.backbone import Backbone
 from keras_attn.models.model_arguments import check_transformer_sizes
-from keras_attn.models.model_arguments import preset_arguments
-from keras_attn.models.model_config import ModelConfig
 
 # Sizes of Dai et al. (2019): the 12-layer enwik8 model of Table 2 (41M parameters;
 # 204 byte symbols, segments and memories of 512 tokens in training), and a tiny
@@ -29,7 +28,7 @@ TRANSFORMER_XL_PRESETS = {
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerXLLM(ModelConfig, keras.Model):
+class TransformerXLLM(Backbone):
     """Transformer-XL language model (Dai et al., 2019, "Transformer-XL: Attentive
     Language Models Beyond a Fixed-Length Context", §3).
 
@@ -63,7 +62,8 @@ class TransformerXLLM(ModelConfig, keras.Model):
     `memory_length` is the training memory length, the default of `initial_memory`,
     `train_on_segments` and `predict_segments`; it does not fix the graph.
 
-    Layer names: `token_embedding`, `embedding_dropout`, `transformer_xl_layer_{i}`,
+    Layer names: `token_embedding`, `embedding_dropout`, `transformer_xl_layer_{i}`
+    (`transformer_layers`),
     `final_layer_norm` (pre-LN only), `output_dropout`, `memory_update`,
     `memory_padding_mask_update`.
 
@@ -102,7 +102,14 @@ class TransformerXLLM(ModelConfig, keras.Model):
     ((1, 3, 20), (1, 1, 4, 8))
     >>> keras.ops.convert_to_numpy(out["memory_padding_mask"]).tolist()
     [[0, 1, 1, 1]]
+    >>> model = TransformerXLLM.from_preset("transformer_xl_tiny", vocabulary_size=50)
+    >>> len(model.transformer_layers), model.memory_length
+    (2, 16)
     """
+
+    presets = TRANSFORMER_XL_PRESETS
+    preset_family = "TransformerXLLM"
+    transformer_layer_prefixes = ("transformer_xl_layer_",)
 
     def __init__(
         self,
@@ -202,16 +209,6 @@ class TransformerXLLM(ModelConfig, keras.Model):
         return keras.Model.export(model, filepath, format=format, verbose=verbose,
                                   input_signature=input_signature, **kwargs)
 
-    @property
-    def token_embedding(self):
-        """The `ReversibleEmbedding` of the tokens (and of the logits when tied)."""
-        return self.get_layer("token_embedding")
-
-    @property
-    def transformer_layers(self):
-        """The `L` `TransformerXLBlock`s, first to last."""
-        return [self.get_layer(f"transformer_xl_layer_{i}") for i in range(self.num_layers)]
-
     # === Segment-level recurrence ===
 
     def initial_memory(self, batch_size, memory_length=None):
@@ -303,25 +300,6 @@ class TransformerXLLM(ModelConfig, keras.Model):
             return self.memory_length
         check_int("memory_length", memory_length, low=0, meaning="0 for no memory")
         return memory_length
-
-    # === Presets and config ===
-
-    @classmethod
-    def from_preset(cls, name, **overrides):
-        """A model with the architecture of `TRANSFORMER_XL_PRESETS[name]` and fresh
-        weights.
-
-        Args:
-            name: str, a key of `TRANSFORMER_XL_PRESETS`.
-            **overrides: constructor arguments replacing the preset's.
-
-        Example:
-        >>> model = TransformerXLLM.from_preset("transformer_xl_tiny", vocabulary_size=50)
-        >>> len(model.transformer_layers), model.memory_length
-        (2, 16)
-        """
-        arguments = preset_arguments(TRANSFORMER_XL_PRESETS, name, "TransformerXLLM")
-        return cls(**{**arguments, **overrides})
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -6,9 +6,8 @@ from keras_attn.layers.validation import check_number_above
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
 from keras_attn.layers.xlnet_block import XLNetBlock
+from keras_attn.models.backbone import Backbone
 from keras_attn.models.model_arguments import check_transformer_sizes
-from keras_attn.models.model_arguments import preset_arguments
-from keras_attn.models.model_config import ModelConfig
 
 # Sizes of Yang et al. (2019): XLNet-Base (the `xlnet-base-cased` checkpoint, 116.7M
 # parameters with its 32,000-piece SentencePiece vocabulary) and XLNet-Large, plus a
@@ -47,7 +46,7 @@ def xlnet_parameter_count(vocabulary_size, num_layers, num_heads, hidden_dim,
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetBackbone(ModelConfig, keras.Model):
+class XLNetBackbone(Backbone):
     """XLNet encoder (Yang et al., 2019, "XLNet: Generalized Autoregressive Pretraining
     for Language Understanding").
 
@@ -90,6 +89,10 @@ class XLNetBackbone(ModelConfig, keras.Model):
     >>> tuple(out["sequence_output"].shape)
     (1, 3, 32)
     """
+
+    presets = XLNET_PRESETS
+    preset_family = "XLNet"
+    transformer_layer_prefixes = ("xlnet_layer_",)
 
     def __init__(self, vocabulary_size, num_layers, num_heads, hidden_dim,
                  intermediate_dim, dropout=0.1, activation="gelu",
@@ -162,16 +165,6 @@ class XLNetBackbone(ModelConfig, keras.Model):
         # === Config ===
         self.store_arguments(locals())
 
-    @property
-    def token_embedding(self):
-        """The `ReversibleEmbedding` of the tokens (the LM's tied output)."""
-        return self.get_layer("token_embedding")
-
-    @property
-    def transformer_layers(self):
-        """The `L` `XLNetBlock`s, first to last."""
-        return [self.get_layer(f"xlnet_layer_{i}") for i in range(self.num_layers)]
-
     def content_stream_backbone(self):
         """A copy without query stream and memory, with this backbone's weights (what
         fine-tuning heads take after permutation-LM pretraining).
@@ -188,16 +181,6 @@ class XLNetBackbone(ModelConfig, keras.Model):
             if layer.weights:
                 layer.set_weights(self.get_layer(layer.name).get_weights())
         return copy
-
-    @classmethod
-    def from_preset(cls, name, **overrides):
-        """A backbone with the sizes of `XLNET_PRESETS[name]` and fresh weights.
-
-        Example:
-        >>> XLNetBackbone.from_preset("xlnet_tiny").num_layers
-        2
-        """
-        return cls(**{**preset_arguments(XLNET_PRESETS, name, "XLNet"), **overrides})
 
 
 class _QueryStreamStart(keras.layers.Layer):

@@ -3,12 +3,12 @@ from keras import ops
 
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.task_model import TaskModel
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetClassifier(ModelConfig, keras.Model):
+class XLNetClassifier(TaskModel):
     """Sequence classification with XLNet's last-token summary (Yang et al., 2019;
     transformers' `XLNetForSequenceClassification`).
 
@@ -38,6 +38,8 @@ class XLNetClassifier(ModelConfig, keras.Model):
     >>> tuple(logits.shape)
     (1, 2)
     """
+
+    backbone_class = XLNetBackbone
 
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         check_content_backbone(backbone, "XLNetClassifier")

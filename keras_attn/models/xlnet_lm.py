@@ -1,12 +1,12 @@
 import keras
 from keras import ops
 
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.task_model import TaskModel
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetLM(ModelConfig, keras.Model):
+class XLNetLM(TaskModel):
     """XLNet permutation language model (Yang et al., 2019, §2.2–2.3).
 
         logits_p = g^L_p W_emb^T + b          (B, P, V)
@@ -38,7 +38,12 @@ class XLNetLM(ModelConfig, keras.Model):
     ...                                                 num_predict=2, seed=1)
     >>> tuple(lm(inputs).shape)
     (1, 2, 20)
+    >>> XLNetLM.from_preset("xlnet_tiny", vocabulary_size=20).backbone.two_stream
+    True
     """
+
+    backbone_class = XLNetBackbone
+    backbone_preset_arguments = {"two_stream": True}
 
     def __init__(self, backbone, **kwargs):
         if not isinstance(backbone, XLNetBackbone) or not backbone.two_stream:

@@ -2,12 +2,13 @@ import keras
 
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.validation import check_rate
-from keras_attn.models.model_config import ModelConfig
+from keras_attn.models.task_model import TaskModel
+from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.models.xlnet_classifier import check_content_backbone
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class XLNetTokenClassifier(ModelConfig, keras.Model):
+class XLNetTokenClassifier(TaskModel):
     """Token classification (NER) on XLNet's content stream, as
     transformers' `XLNetForTokenClassification`:
 
@@ -26,7 +27,6 @@ class XLNetTokenClassifier(ModelConfig, keras.Model):
         `(B, T, num_classes)` logits.
 
     Example:
-    >>> from keras_attn.models.xlnet_backbone import XLNetBackbone
     >>> backbone = XLNetBackbone.from_preset("xlnet_tiny", vocabulary_size=20)
     >>> logits = XLNetTokenClassifier(backbone, num_classes=5)(
     ...     {"token_ids": np.array([[3, 4, 0]]), "segment_ids": np.zeros((1, 3)),
@@ -34,6 +34,8 @@ class XLNetTokenClassifier(ModelConfig, keras.Model):
     >>> tuple(logits.shape)
     (1, 3, 5)
     """
+
+    backbone_class = XLNetBackbone
 
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         check_content_backbone(backbone, "XLNetTokenClassifier")

@@ -3,11 +3,11 @@ convert it: its quantizers, which of them have no range yet, its layout settings
 input, and a batch in the form its inputs take."""
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
-from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.transformer_xl_block import TransformerXLBlock
 from keras_attn.layers.xlnet_block import XLNetBlock
+from keras_attn.runs.task_head import max_sequence_length  # noqa: F401 - re-exported
 
 # keras-attn's blocks with an int8 layout (`EncoderInt8Layout`).
 BLOCKS = (TransformerEncoderBlock, TransformerDecoderBlock, XLNetBlock, TransformerXLBlock)
@@ -26,21 +26,14 @@ def uncalibrated_quantizers(model):
             if float(q.initialized.numpy()) < 0.5 and q.fixed_range is None]
 
 
+def quantized_layer(layer, kind):
+    """A layer of class `kind` (a class or tuple) with its int8 layout (`quantization` set)."""
+    return isinstance(layer, kind) and layer.quantization is not None
+
+
 def quantized_block(layer):
     """A block with its int8 layout (`quantization` set)."""
     return isinstance(layer, BLOCKS) and layer.quantization is not None
-
-
-def max_sequence_length(model):
-    """The longest input `model` has positions for (a backbone's `max_sequence_length`, or
-    the rows of a `TokenAndPositionEmbedding`'s position table), or `None` without one."""
-    for layer in model._flatten_layers(include_self=False):
-        length = getattr(layer, "max_sequence_length", None)
-        if isinstance(layer, TokenAndPositionEmbedding):
-            length = layer.sequence_length
-        if isinstance(length, int):
-            return length
-    return None
 
 
 def model_layout(model):

@@ -15,15 +15,12 @@ one the LiteRT / AI Edge quantizer's per-op error report and OpenVINO's accuracy
 quantization use; with every op float the model is the float model, so the loop always ends.
 """
 
-import keras
 import numpy as np
 
-from keras_attn.layers.crf import viterbi_decode
 from keras_attn.quantization.quantization_sensitivity import logits_of
+from keras_attn.runs.task_head import ClassificationHead
+from keras_attn.runs.task_head import TaggingHead
 from keras_attn.text.labelled_examples import id_inputs
-from keras_attn.text.labelled_examples import score_sentences
-from keras_attn.text.labelled_examples import score_texts
-from keras_attn.text.ner import first_piece_mask
 
 BUDGET_BATCH = 64  # examples per call of the model
 BUDGET_TRAIN_EXAMPLES = 1000  # training examples scoring a budget when a run has no dev split
@@ -107,28 +104,16 @@ def held_out_score(examples, length, labels, tagger, crf=None):
     decodes its files'."""
     batches = [id_inputs(examples[start:start + BUDGET_BATCH], length)
                for start in range(0, len(examples), BUDGET_BATCH)]
+    head = TaggingHead(labels, crf) if tagger else ClassificationHead()
 
     def score(model):
         logits = np.concatenate(logits_of(model, batches))  # ranges frozen once
-        outputs = []
-        for row, example in enumerate(examples):
-            n = len(example["token_ids"])
-            outputs.append(_decoded(logits[row:row + 1, :n], example, crf)
-                           if tagger else logits[row])
-        if tagger:
-            return score_sentences(examples, outputs, labels)["f1"]
-        return score_texts(examples, outputs)["accuracy"]
+        outputs = [head.decode(logits[row, :len(example["token_ids"])] if tagger
+                               else logits[row], example)
+                   for row, example in enumerate(examples)]
+        return head.score(examples, outputs)[head.metric]
 
     return score
-
-
-def _decoded(emissions, example, crf):
-    if crf is None:
-        return emissions[0]
-    tags = viterbi_decode(emissions.astype("float32"), crf.transitions,
-                          crf.start_transitions, crf.end_transitions,
-                          mask=first_piece_mask(example["word_ids"][None]))
-    return {"tags": keras.ops.convert_to_numpy(tags)[0]}
 
 
 def held_out_examples(source, recipe, length):

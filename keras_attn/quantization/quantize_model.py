@@ -16,7 +16,7 @@ with its int8 layout (`quantization`), holding the same weights, an `ActivationQ
 each float model input (the file's QUANTIZE) and after every other layer whose output the int8
 TFLite file stores in int8 (Jacob et al., 2018), the float `x * c`, `x + y` of a functional
 graph included (all-int8 only: a float residual stream keeps them float).
-`keras_attn.export.model_int8_tflite` writes the full-int8 file. Layers that keep their
+`keras_attn.export.tflite.model_int8_tflite` writes the full-int8 file. Layers that keep their
 input's int8 scale (dropout, reshaping, slicing, max pooling, `TransformerXLLM`'s padding
 mask update) get none. A layer
 `quantize_model` does not know stays float, gets no quantizer and is named in a warning: the
@@ -27,6 +27,7 @@ Example:
 >>> hidden = keras.layers.Dense(8, activation="relu")(inputs)
 >>> model = keras.Model(inputs, keras.layers.Dense(2)(hidden))
 >>> qat = quantize_model(model)
+>>> from keras_attn.quantization.calibration import calibrate_model
 >>> calibrate_model(qat, [np.random.default_rng(0).normal(size=(16, 4)).astype("float32")])
 >>> [type(layer).__name__ for layer in qat.layers]
 ['InputLayer', 'ActivationQuantizer', 'QuantizedDense', 'QuantizedDense']
@@ -39,7 +40,6 @@ import numpy as np
 
 from keras_attn.layers.activation_quantizer import ActivationQuantizer
 from keras_attn.layers.crf import CRF
-from keras_attn.layers.feedforward_float_channels import ChannelRanges
 from keras_attn.layers.int8_layout_settings import check_feedforward_float_channels
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.quantized_dense import QuantizedDense
@@ -55,8 +55,7 @@ from keras_attn.models.transformer_xl_lm import AppendToMemory
 from keras_attn.models.transformer_xl_lm import MemoryUpdate
 from keras_attn.quantization.crf_tagger_copy import with_crf_loss
 from keras_attn.quantization.model_queries import BLOCKS
-from keras_attn.quantization.model_queries import activation_quantizers
-from keras_attn.quantization.model_queries import model_inputs
+from keras_attn.quantization.model_queries import quantized_layer
 from keras_attn.quantization.quantization_ops import check_float_ops
 
 # Keras layers whose int8 output has their input's scale (TFLite keeps it): no quantizer.
@@ -153,7 +152,7 @@ def model_quantization_ops(model):
     for layer in model.layers:
         if _nested(layer):
             names += model_quantization_ops(layer)
-        elif quantizable_block(layer) or _quantized(layer, BLOCKS):
+        elif quantizable_block(layer) or quantized_layer(layer, BLOCKS):
             names += [f"{layer.name}/{matmul}" for matmul in layer.int8_matmuls()]
         elif isinstance(layer, (keras.layers.Dense, keras.layers.Embedding, QuantizedDense,
                                 TokenAndPositionEmbedding, TiedEmbeddingLogits)):
@@ -172,7 +171,7 @@ def float_layers(model):
         if _nested(layer):
             names += [f"{layer.name}/{name}" for name in float_layers(layer)]
         elif not (isinstance(layer, known) or quantizable_block(layer)
-                  or _quantized(layer, BLOCKS)):
+                  or quantized_layer(layer, BLOCKS)):
             names.append(layer.name)
     return names
 
@@ -185,10 +184,6 @@ def _nested(layer):
 def quantizable_block(layer):
     """A float block that has an int8 layout (an encoder block, a decoder block)."""
     return isinstance(layer, BLOCKS) and layer.quantization is None
-
-
-def _quantized(layer, kind):
-    return isinstance(layer, kind) and layer.quantization is not None
 
 
 class _Int8Graph:
@@ -264,7 +259,7 @@ class _Int8Graph:
         args = keras.tree.map_structure(self.quantized_input, args)
         first = keras.tree.flatten(args)[0] if keras.tree.flatten(args) else None
         if isinstance(layer, QuantizedDense) or (
-                _quantized(layer, BLOCKS) and not layer.norm_first):
+                quantized_layer(layer, BLOCKS) and not layer.norm_first):
             layer = self.reading(layer, self.producers.get(id(first)))
         if isinstance(layer, QuantizedReversibleEmbedding) and kwargs.get("reverse") \
                 and self.producers.get(id(first)) is None:
@@ -304,11 +299,11 @@ class _Int8Graph:
             return [self.producers.get(id(tensor)) for tensor in inner]
         if isinstance(layer, QuantizedDense):
             return _int8(layer.activation_quantizer or layer.output_quantizer)
-        if _quantized(layer, BLOCKS):
+        if quantized_layer(layer, BLOCKS):
             return _int8(layer.output_quantizer())
-        if _quantized(layer, TokenAndPositionEmbedding):
+        if quantized_layer(layer, TokenAndPositionEmbedding):
             return _int8(layer.quantizers["output_quantizer"])
-        if _quantized(layer, TiedEmbeddingLogits):
+        if quantized_layer(layer, TiedEmbeddingLogits):
             return _int8(layer.output_quantizer)
         if isinstance(layer, SCALE_KEEPING) or type(layer).__name__ in SCALE_KEEPING_OPS:
             return self.producers.get(id(first))
@@ -408,79 +403,3 @@ def copy_weight(value):
     """A NumPy copy of a weight: on JAX an assigned array would be shared, and a `fit` of
     one model, which donates its buffers, would delete the other's weights."""
     return np.array(keras.ops.convert_to_numpy(value))
-
-
-def calibrate_model(model, batches, only_uncalibrated=False):
-    """Sets the activation ranges of a `quantize_model` copy from forward passes in
-    inference mode: each range becomes the running min/max over `batches` (an iterable of
-    model inputs). Encoder blocks with `feedforward_float_channels` whose ranges are not
-    set yet first get their widest feed-forward channels (the width `max - min` of the
-    up-projection output over `batches`) stored last, the ones they keep in float.
-    `only_uncalibrated=True` sets only the ranges not set yet (the others are left as
-    they are)."""
-    batches = list(batches)
-    if not batches:
-        raise ValueError("`calibrate_model` needs at least one batch. Received: batches=[]")
-    _sort_feedforward_channels(model, batches)
-    _calibrating_passes(model, batches, only_uncalibrated)
-
-
-def _calibrating_passes(model, batches, only_uncalibrated=False):
-    quantizers = [quantizer for quantizer in activation_quantizers(model)
-                  if not only_uncalibrated or float(quantizer.initialized.numpy()) < 0.5]
-    for quantizer in quantizers:
-        quantizer.calibrating = True
-    try:
-        for batch in batches:
-            model(model_inputs(model, batch), training=False)
-    finally:
-        for quantizer in quantizers:
-            quantizer.calibrating = False
-
-
-def _sort_feedforward_channels(model, batches):
-    """Permutes the feed-forward channels of each block with float channels and no ranges
-    yet, widest last, from one calibrating pass; the ranges are then as before the pass."""
-    blocks = [layer for layer in model._flatten_layers(include_self=False)
-              if _quantized(layer, BLOCKS) and layer.feedforward_float_channels
-              and float(layer.quantizers["intermediate_quantizer"].initialized.numpy()) < 0.5]
-    if not blocks:
-        return
-    quantizers = activation_quantizers(model)
-    before = [[variable.numpy() for variable in (q.min_value, q.max_value, q.initialized)]
-              for q in quantizers]
-    for block in blocks:
-        block.channel_statistics = ChannelRanges()
-    try:
-        _calibrating_passes(model, batches)
-        widths = [block.channel_statistics.widths() for block in blocks]
-    finally:
-        for block in blocks:
-            block.channel_statistics = None
-    for block, width in zip(blocks, widths):
-        block.permute_feedforward_channels(np.argsort(width, kind="stable"))
-    for quantizer, values in zip(quantizers, before):
-        for variable, value in zip((quantizer.min_value, quantizer.max_value,
-                                    quantizer.initialized), values):
-            variable.assign(value)
-
-
-def freeze_model_ranges(model, frozen=True):
-    """Every range of a `quantize_model` copy as constants of the traced graph (what the
-    TFLite converter needs to turn fake quantization into int8 scales), or variables again."""
-    quantizers = {quantizer.path: quantizer for quantizer in activation_quantizers(model)}
-    for quantizer in quantizers.values():
-        quantizer.frozen_range = (
-            (float(quantizer.min_value.numpy()), float(quantizer.max_value.numpy()))
-            if frozen else None)
-    for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, (QuantizedDense, QuantizedEmbedding,
-                              QuantizedReversibleEmbedding)) or _quantized(
-                layer, BLOCKS + (TokenAndPositionEmbedding, TiedEmbeddingLogits)):
-            layer.freeze_weight_ranges(frozen)
-        producer = None
-        if isinstance(layer, QuantizedDense) or _quantized(layer, BLOCKS):
-            producer = layer.input_quantizer or quantizers.get(layer.input_producer)
-        if hasattr(layer, "frozen_input_step"):
-            # The bias is then rounded as the file stores it (`int32_bias`).
-            layer.frozen_input_step = producer.step() if frozen and producer else None

@@ -16,13 +16,13 @@ import warnings
 
 import numpy as np
 
+from keras_attn.quantization.calibration import calibrate_model
+from keras_attn.quantization.calibration import freeze_model_ranges
 from keras_attn.quantization.dequantize_model import copy_float_weights
 from keras_attn.quantization.dequantize_model import dequantize_model
 from keras_attn.quantization.model_queries import uncalibrated_quantizers
 from keras_attn.quantization.quantization_ops import check_float_ops
-from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import copy_weight
-from keras_attn.quantization.quantize_model import freeze_model_ranges
 from keras_attn.quantization.quantize_model import model_quantization_ops
 from keras_attn.quantization.quantize_model import quantize_model
 from keras_attn.quantization.quantize_model import quantized_copy

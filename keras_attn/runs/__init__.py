@@ -1,10 +1,8 @@
-"""The two contracts of the pipeline (docs/pipeline.md): the run directory, between
-`keras-attn train` / `quantize` and every stage that reads a trained run, and the export
-directory, between `keras-attn export` and everything that reads an export."""
-
-# `config.json` is a `keras_attn.training.TrainingConfig`, and the trainer writes runs through
-# this package: the training package is initialised first, whichever is imported first.
-import keras_attn.training  # noqa: F401  isort: skip
+"""The contracts of the pipeline (docs/pipeline.md), at its bottom: the settings (the
+training config schema, the quantization recipe, the task registry), the run directory,
+between `keras-attn train` / `quantize` and every stage that reads a trained run, and the
+export directory, between `keras-attn export` and everything that reads an export. Imports
+no stage and no pipeline library: those import it."""
 
 from keras_attn.runs.export_directory import ExportDirectory
 from keras_attn.runs.export_directory import ExportDirectoryError

@@ -27,14 +27,21 @@ import numpy as np
 
 from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
+from keras_attn.runs.task_head import ID_INPUTS
+from keras_attn.runs.task_registry import DEPLOYABLE_TASKS
+from keras_attn.runs.task_registry import TAGGING_TASKS
+from keras_attn.runs.task_registry import check_deployable
+from keras_attn.runs.task_registry import task_spec
 from keras_attn.text.label_vocabulary import LabelVocabulary
+from keras_attn.text.tokenizer import MAX_CHARS_PER_WORD
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.task_registry import DEPLOYABLE_TASKS
 
 CARD_FILE, VOCAB_FILE, LABELS_FILE = "model_card.json", "vocab.txt", "labels.txt"
 REPORT_FILE, REPORT_PAGE, GOLDEN_FILE = ("export_report.json", "export_report.md",
                                          "golden_vectors.jsonl")
 CARD_KEYS = ("task", "labels", "sequence_length", "tokenizer")
+CARD_FORMAT = "keras-attn model card 1"
+CRF_DECIMALS = 6
 CRF_WEIGHTS = ("transitions", "start_transitions", "end_transitions")
 WRITTEN_BY = "keras-attn export RUN --output-dir {path}"
 
@@ -47,7 +54,9 @@ class ExportDirectoryError(KerasAttnError, ValueError):
 @dataclasses.dataclass
 class ModelCard:
     """What an app needs besides the weights: the card dict, the vocabulary and the labels,
-    read from an export directory or from a model file's embedded copies.
+    read from an export directory or from a model file's embedded copies. The card an export
+    writes is made here too (`card_dict`, `crf_section`), so one class both writes and
+    reads it.
 
     Attributes:
         card: the `model_card.json` dict.
@@ -109,6 +118,104 @@ class ModelCard:
             return None
         return types.SimpleNamespace(**{name: np.asarray(self.card["crf"][name], "float32")
                                         for name in CRF_WEIGHTS})
+
+
+    @staticmethod
+    def card_dict(task, labels, sequence_length, tokenizer, lowercase, metric=None,
+                      crf=None, metrics=None, source_run=None, version=None, quantization=None):
+        """The `model_card.json` dict of an exported classifier or tagger.
+
+        Args:
+            task: one of `task_registry.DEPLOYABLE_TASKS` (`"classification"`, `"ner"`).
+            labels: list of str, the labels in output order.
+            sequence_length: int, the fixed input length of the mobile artifacts.
+            tokenizer: the run's `WordPieceTokenizer` (vocabulary and special ids).
+            lowercase: bool, the run's `lowercase` (accents are stripped iff lower-cased).
+            metric: name of the task metric, or `None`.
+            crf: `ModelCard.crf_section(...)` of a CRF tagger, else `None`.
+            metrics: dict artifact -> metric value, or `None`.
+            source_run: str path of the training run, or `None`.
+            version: keras-attn version string, or `None`.
+            quantization: how `model_int8*.tflite` were quantized (`{"recipe": ...,
+                "description": ...}` of the `QuantizationRecipe`), or `None`.
+
+        Returns:
+            dict, JSON-serializable.
+        """
+        check_deployable(task)
+        tagger = task_spec(task).token_labels
+        if crf is not None and not tagger:
+            raise ValueError(f"Only a tagger (task in {list(TAGGING_TASKS)}) can carry CRF "
+                             f"transitions. Received: task={task!r}")
+        num_labels = len(labels)
+        return {
+            "format": CARD_FORMAT,
+            "task": task,
+            "metric": metric,
+            "labels": list(labels),
+            "sequence_length": int(sequence_length),
+            "inputs": [{"name": name, "dtype": "int32", "shape": [1, int(sequence_length)]}
+                       for name in ID_INPUTS],
+            "outputs": [{"name": "logits", "dtype": "float32",
+                         "shape": [1, int(sequence_length), num_labels] if tagger
+                         else [1, num_labels]}],
+            "tokenizer": {
+                "vocabulary": "vocab.txt", "vocabulary_size": tokenizer.vocabulary_size(),
+                "lowercase": bool(lowercase),
+                "strip_accents": bool(tokenizer.strip_accents),
+                "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id,
+                "pad_token_id": tokenizer.pad_token_id,
+                "unknown_token_id": tokenizer.unknown_token_id,
+                # BERT's limit: a longer normalized word is one unknown token. Cards written
+                # before the tokenizer followed HF also held "max_word_bytes" (tf-text's limit).
+                "max_word_characters": MAX_CHARS_PER_WORD,
+                "offsets": "code points",
+            },
+            "words": "BERT basic tokenization: whitespace, each punctuation character and "
+                     "CJK ideograph is a word (keras_attn.text.word_splitter)"
+                     if tagger else None,
+            "decoding": ("first word piece of each word, IOB2 repair (an I- tag after O or "
+                         "another type opens an entity), entity spans with code-point "
+                         "offsets" if tagger else "softmax over logits"),
+            "crf": crf,
+            "metrics": metrics or {},
+            "source_run": source_run,
+            "keras_attn_version": version,
+            "quantization": quantization,
+        }
+
+    @staticmethod
+    def crf_section(transitions, start_transitions, end_transitions):
+        """The card's `crf` entry: the three CRF weights rounded to 6 decimals, as lists.
+
+        Args:
+            transitions: `(K, K)` array, `A[i, j]` the score of tag `i` followed by tag `j`.
+            start_transitions, end_transitions: `(K,)` arrays.
+
+        Returns:
+            dict with `transitions`, `start_transitions`, `end_transitions` (nested lists of
+            floats), the numbers `viterbi_float64` and the app decode with.
+
+        Example:
+        >>> ModelCard.crf_section(np.eye(2), np.zeros(2), [0.1234567, 0.0])["end_transitions"]
+        [0.123457, 0.0]
+        """
+        arrays = {"transitions": transitions, "start_transitions": start_transitions,
+                  "end_transitions": end_transitions}
+        section = {}
+        for name, value in arrays.items():
+            value = np.asarray(value, "float64")
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"CRF `{name}` holds non-finite values; the model is broken")
+            section[name] = value.round(CRF_DECIMALS).tolist()
+        num_tags = len(section["start_transitions"])
+        if np.shape(section["transitions"]) != (num_tags, num_tags) or \
+                len(section["end_transitions"]) != num_tags:
+            raise ValueError(
+                "CRF weights must be transitions (K, K), start and end (K,). Received shapes "
+                f"{np.shape(section['transitions'])}, ({num_tags},), "
+                f"({len(section['end_transitions'])},)")
+        return section
 
 
 class ExportDirectory:

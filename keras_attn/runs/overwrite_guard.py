@@ -15,10 +15,10 @@ import pathlib
 import shutil
 
 from keras_attn.errors import KerasAttnError
+from keras_attn.runs.config_schema import ConfigError
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_lock import LOCK_FILE
 from keras_attn.runs.run_lock import run_lock
-from keras_attn.training.config import ConfigError
 
 # Settings that may change when a run is resumed: where and how fast it runs, what it logs,
 # how long it trains (a run continued for more epochs or steps is resumed) and whether its

@@ -32,6 +32,10 @@ import keras
 from keras_attn import atomic_files
 from keras_attn.errors import KerasAttnError
 from keras_attn.errors import first_line
+from keras_attn.runs.task_head import check_length
+from keras_attn.runs.task_registry import DEPLOYABLE_TASKS
+from keras_attn.runs.task_registry import task_spec
+from keras_attn.runs.training_config import TrainingConfig
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.label_vocabulary import LabelVocabulary
@@ -40,9 +44,6 @@ from keras_attn.text.labelled_examples import encode_sentences
 from keras_attn.text.labelled_examples import encode_texts
 from keras_attn.text.labelled_examples import not_in_sample
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import TrainingConfig
-from keras_attn.training.task_registry import DEPLOYABLE_TASKS
-from keras_attn.training.task_registry import task_spec
 
 # Which command writes each file (an error for a missing file says so).
 WRITTEN_BY = {
@@ -184,10 +185,8 @@ class RunDirectory:
         `--sequence-length`), else the run's `max_length`; never over `limit` (the model's
         `max_sequence_length`), which is an error naming the longest length to use."""
         length = requested or self.tokenizer_settings().max_length
-        if limit is not None and length > limit:
-            raise RunDirectoryError(
-                f"sequence_length={length} exceeds the model's max_sequence_length={limit}: "
-                f"use --sequence-length {limit} or less")
+        check_length(length, limit, "sequence_length", fix=f"use --sequence-length {limit} or less",
+                     error=RunDirectoryError)
         return length
 
     # --- the run's labelled data (classification and ner runs) -------------------------

@@ -286,7 +286,9 @@ def _command():
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "python"
-    program = f"python -m {spec.name}" if spec is not None and spec.name else \
+    # `python -m keras_attn.cli` runs the package's `__main__` module: name what was typed.
+    module = spec.name.removesuffix(".__main__") if spec is not None and spec.name else None
+    program = f"python -m {module}" if module else \
         "python -c" if argv0 == "-c" else os.path.basename(argv0)
     text = " ".join([program, *map(shlex.quote, sys.argv[1:])])
     return text if len(text) <= 300 else text[:297] + "..."

@@ -2,10 +2,11 @@
 
 The tables are the answers of the reference, HF `tokenizers`' `BertNormalizer` and
 `BertPreTokenizer` (the tokenizer BERT and MiniLM were pretrained with), for every code point,
-written by `apps/android_demo/tools/make_text_tables.py` (its docstring has the file format)
-and shared by the Python tokenizer, the Kotlin core and the JS core. Looking characters up
-instead of calling a Unicode library makes every port answer as the reference does, whatever
-Unicode version its platform knows.
+written by `tools/make_text_tables.py` (its docstring has the file format) and shared by the
+Python tokenizer, the Kotlin core and the JS core (the web core imports this file, the Android
+core's build copies it onto its class path). Looking characters up instead of calling a
+Unicode library makes every port answer as the reference does, whatever Unicode version its
+platform knows.
 
 BERT's normalization works on each character alone: control and private-use characters (and
 U+0000, U+FFFD) are removed, whitespace becomes a space; uncased models also NFD-decompose,

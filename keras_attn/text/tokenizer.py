@@ -10,26 +10,20 @@ import os
 
 import keras
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_attn.layers.validation import check_bool
 from keras_attn.layers.validation import check_int
-from keras_attn.text.bert_words import bert_words
 from keras_attn.text.fused_bert_path import FusedBertPath
+from keras_attn.text.segment_packing import TRUNCATION_STRATEGIES
+from keras_attn.text.segment_packing import keep_first
+from keras_attn.text.segment_packing import pack_segments
+from keras_attn.text.segment_packing import truncated_lengths
+from keras_attn.text.table_bert_path import MAX_CHARS_PER_WORD
+from keras_attn.text.table_bert_path import TableBertPath
 from keras_attn.text.vocabulary import check_vocabulary
 from keras_attn.text.vocabulary import load_vocabulary
 
-TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
-
-# BERT's word-length limit (HF `max_input_chars_per_word`), in characters of the normalized
-# word: a longer word becomes one unknown token.
-MAX_CHARS_PER_WORD = 100
-# Room for tf-text's byte limit: at most 4 UTF-8 bytes a character.
-_MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD
-# What a word over the limit is replaced with before WordPiece (one character, so one piece,
-# made the unknown token afterwards): a private-use character, which normalization removes,
-# so no word of a text holds it.
-_LONG_WORD = "\U0010fffd"
+__all__ = ["MAX_CHARS_PER_WORD", "TRUNCATION_STRATEGIES", "WordPieceTokenizer"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -155,10 +149,10 @@ class WordPieceTokenizer(keras.layers.Layer):
         self.mask_token = mask_token
         self._token_to_id = {token: index for index, token in enumerate(tokens)}
 
-        self._wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=tokens, suffix_indicator="##", max_bytes_per_word=_MAX_BYTES_PER_WORD,
-            token_out_type=tf.int32, unknown_token=unknown_token, no_pretokenization=True,
-            support_detokenization=True)
+        self._table = TableBertPath(tokens, unknown_token, self.lowercase, self.strip_accents)
+        # The table path's WordPiece, also `detokenize`'s (an attribute of the layer, as
+        # before the path had a module of its own).
+        self._wordpiece = self._table.wordpiece
         # The fast path exists for BERT's two usual modes (uncased and cased).
         self._fused = None
         if self.lowercase == self.strip_accents:
@@ -246,7 +240,7 @@ class WordPieceTokenizer(keras.layers.Layer):
         """Ids (and offsets) of `(B,)` texts: the fused kernels for texts made only of
         `fused_bert_path.FUSED_SAFE_*` characters, the tables for the others, in order."""
         if self._fused is None:
-            return self._table_pieces(texts, with_offsets)
+            return self._table.pieces(texts, with_offsets)
         fused = self._fused.matches(texts)  # (B,)
         # All fused (the usual batch of ASCII or Latin text): no table ops at all.
         return tf.cond(
@@ -259,51 +253,9 @@ class WordPieceTokenizer(keras.layers.Layer):
         fused_rows = tf.where(fused)[:, 0]  # (B_f,)
         table_rows = tf.where(~fused)[:, 0]  # (B_t,)
         fast = self._fused.pieces(tf.gather(texts, fused_rows), with_offsets)
-        slow = self._table_pieces(tf.gather(texts, table_rows), with_offsets)
+        slow = self._table.pieces(tf.gather(texts, table_rows), with_offsets)
         order = tf.argsort(tf.concat([fused_rows, table_rows], 0))  # (B,)
         return tuple(tf.gather(tf.concat([a, b], 0), order) for a, b in zip(fast, slow))
-
-    def _table_pieces(self, texts, with_offsets):
-        """Ids (and offsets) of `(B,)` texts by BERT's tables (`bert_words`)."""
-        words = bert_words(texts, self.lowercase, self.strip_accents)
-        ids, first_char, last_char = self._word_pieces(words)  # (W, None)
-        splits = tf.gather(ids.row_splits, words.row_splits)  # (B + 1,)
-        ids = tf.RaggedTensor.from_row_splits(ids.values, splits)  # (B, None)
-        if not with_offsets:
-            return (ids,)
-        starts = ids.with_flat_values(tf.gather(words.char_starts, first_char))
-        ends = ids.with_flat_values(tf.gather(words.char_ends, last_char))
-        return ids, starts, ends
-
-    def _word_pieces(self, words):
-        """WordPiece of each word of a `BertWords`.
-
-        Returns:
-            `(ids, first_char, last_char)`: int32 `tf.RaggedTensor` `(W, None)` of piece ids,
-            and per piece (flat, `(P,)`) the index of its first and last character in the
-            `BertWords` character arrays.
-        """
-        num_chars = words.char_splits[1:] - words.char_splits[:-1]  # (W,)
-        too_long = num_chars > MAX_CHARS_PER_WORD  # (W,)
-        ids, byte_starts, byte_ends = self._wordpiece.tokenize_with_offsets(
-            tf.where(too_long, _LONG_WORD, words.words))  # (W, None)
-        piece_words = ids.value_rowids()  # (P,)
-        word_first = tf.gather(words.char_splits, piece_words)  # (P,)
-        word_last = tf.gather(words.char_splits[1:], piece_words) - 1  # (P,)
-        # Pieces' byte offsets within their word, then within all words concatenated.
-        char_bytes = tf.concat([words.char_bytes, tf.zeros([1], tf.int64)], 0)  # (M + 1,)
-        word_bytes = tf.gather(char_bytes, word_first)  # (P,)
-        piece_start = word_bytes + byte_starts.flat_values  # (P,)
-        piece_end = word_bytes + byte_ends.flat_values  # (P,)
-        char_bytes = words.char_bytes[tf.newaxis]  # (1, M)
-        first = tf.searchsorted(char_bytes, piece_start[tf.newaxis], side="right")[0] - 1
-        last = tf.searchsorted(char_bytes, piece_end[tf.newaxis], side="left")[0] - 1
-        long_piece = tf.gather(too_long, piece_words)  # (P,)
-        ids = ids.with_flat_values(
-            tf.where(long_piece, self.unknown_token_id, ids.flat_values))
-        first = tf.where(long_piece, word_first, tf.cast(first, tf.int64))
-        last = tf.where(long_piece, word_last, tf.cast(last, tf.int64))
-        return ids, first, last
 
     def tokenize_words(self, words):
         """Word-piece ids of pre-split words, e.g. the tokens of a CoNLL sentence.
@@ -368,13 +320,7 @@ class WordPieceTokenizer(keras.layers.Layer):
             budget = tf.constant(self.sequence_length - 2, tf.int64)
             kept_first = tf.minimum(first_lengths, budget)  # (B,)
             num_truncated = first_lengths - kept_first  # (B,)
-            first = _keep_first(first, kept_first)
-            pieces = [
-                self._column(first, self.cls_token_id),
-                first,
-                self._column(first, self.sep_token_id),
-            ]
-            segments = [0, 0, 0]
+            segments = [keep_first(first, kept_first)]
         else:
             if self.sequence_length < 3:
                 raise ValueError(
@@ -390,94 +336,19 @@ class WordPieceTokenizer(keras.layers.Layer):
                 )
             second = self.tokenize(text_pairs)  # (B, None)
             second_lengths = second.row_lengths()  # (B,)
-            kept_first, kept_second = self._truncated_lengths(
-                first_lengths, second_lengths, tf.constant(self.sequence_length - 3, tf.int64)
+            kept_first, kept_second = truncated_lengths(
+                first_lengths, second_lengths, tf.constant(self.sequence_length - 3, tf.int64),
+                self.truncation, self.sequence_length,
             )
             num_truncated = first_lengths - kept_first + second_lengths - kept_second  # (B,)
-            first = _keep_first(first, kept_first)
-            second = _keep_first(second, kept_second)
-            pieces = [
-                self._column(first, self.cls_token_id),
-                first,
-                self._column(first, self.sep_token_id),
-                second,
-                self._column(first, self.sep_token_id),
-            ]
-            segments = [0, 0, 0, 1, 1]
-        token_ids = tf.concat(pieces, axis=1)  # (B, None), at most sequence_length
-        segment_ids = tf.concat(
-            [tf.ones_like(piece) * segment for piece, segment in zip(pieces, segments)], axis=1
-        )  # (B, None)
-        shape = [None, self.sequence_length]
-        outputs = {
-            "token_ids": token_ids.to_tensor(self.pad_token_id, shape=shape),  # (B, L)
-            "segment_ids": segment_ids.to_tensor(0, shape=shape),  # (B, L)
-            "padding_mask": tf.sequence_mask(
-                token_ids.row_lengths(), self.sequence_length
-            ),  # (B, L)
-        }
+            segments = [keep_first(first, kept_first), keep_first(second, kept_second)]
+        outputs = pack_segments(segments, self.cls_token_id, self.sep_token_id,
+                                self.pad_token_id, self.sequence_length)  # (B, L) each
         if return_num_truncated:
             outputs["num_truncated"] = tf.cast(num_truncated, tf.int32)
         if scalar:
             outputs = {key: value[0] for key, value in outputs.items()}
         return outputs
-
-    def _truncated_lengths(self, first_lengths, second_lengths, budget):
-        """Kept lengths of both segments, following HF `tokenizers`' truncation rules."""
-        excess = tf.maximum(first_lengths + second_lengths - budget, 0)  # (B,)
-        if self.truncation == "longest_first":
-            # HF: with n1 <= n2, keep n1 and fill the rest with n2; if n1 alone takes more
-            # than half, give each half (the odd token to the longer, or to the second).
-            swap = first_lengths > second_lengths
-            short = tf.minimum(first_lengths, second_lengths)
-            long = tf.maximum(first_lengths, second_lengths)
-            kept_long = tf.where(short > budget, short, tf.maximum(short, budget - short))
-            kept_short = short
-            halve = kept_short + kept_long > budget
-            kept_short = tf.where(halve, budget // 2, kept_short)
-            kept_long = tf.where(halve, budget // 2 + budget % 2, kept_long)
-            kept_short = tf.minimum(kept_short, short)
-            kept_long = tf.minimum(kept_long, long)
-            kept_first = tf.where(swap, kept_long, kept_short)
-            kept_second = tf.where(swap, kept_short, kept_long)
-            fits = excess == 0
-            return (
-                tf.where(fits, first_lengths, kept_first),
-                tf.where(fits, second_lengths, kept_second),
-            )
-        cut_first = self.truncation == "only_first"
-        target = first_lengths if cut_first else second_lengths
-        name = "first" if cut_first else "second"
-        fits = (excess == 0) | (target > excess)  # (B,)
-        message = (
-            f"truncation='{self.truncation}' cannot fit an example into "
-            f"sequence_length={self.sequence_length}: the {name} segment is too short to "
-            "absorb the excess. Use truncation='longest_first' or a longer sequence_length."
-        )
-        if tf.executing_eagerly():
-            bad = tf.where(~fits)[:, 0].numpy().tolist()
-            if bad:
-                raise ValueError(
-                    f"{message} Examples {bad[:8]}: excess tokens "
-                    f"{tf.gather(excess, bad[:8]).numpy().tolist()}, {name} segment lengths "
-                    f"{tf.gather(target, bad[:8]).numpy().tolist()}."
-                )
-        check = tf.debugging.Assert(
-            tf.reduce_all(fits),
-            [message, "Excess tokens per example:", excess, f"{name} segment lengths:", target],
-            summarize=8,
-        )
-        with tf.control_dependencies([check]):
-            kept = tf.identity(target - excess)
-        if cut_first:
-            return kept, second_lengths
-        return first_lengths, kept
-
-    def _column(self, like, token_id):
-        batch_size = like.nrows()
-        return tf.RaggedTensor.from_tensor(
-            tf.fill([batch_size, 1], tf.constant(token_id, tf.int32))
-        )
 
     def compute_output_spec(self, texts, text_pairs=None, return_num_truncated=False):
         batch_shape = tuple(texts.shape)
@@ -529,8 +400,3 @@ def _as_string_vector(texts, name):
         return texts[tf.newaxis], True
     return texts, False
 
-
-def _keep_first(ragged, lengths):
-    """The first `lengths[b]` items of each row of `ragged` `(B, None)`."""
-    positions = tf.ragged.range(ragged.row_lengths())  # (B, None)
-    return tf.ragged.boolean_mask(ragged, positions < lengths[:, tf.newaxis])

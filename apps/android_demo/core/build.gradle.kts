@@ -21,6 +21,15 @@ dependencies {
     testImplementation("junit:junit:4.13.2")
 }
 
+// BERT text tables (TextTables.RESOURCE): the Python library's file, written by
+// tools/make_text_tables.py and imported by the web core too, copied onto the class path here
+// instead of a committed copy, so that the two cores cannot drift apart.
+val bertTextTables = rootProject.file("../../keras_attn/text/bert_text_tables.txt")
+
+tasks.processResources {
+    from(bertTextTables) { into("dev/kerasattn/core") }
+}
+
 // Golden vectors for the parity test: `./gradlew :core:test -PgoldenRoot=/path/to/golden`
 // (written by tools/make_golden_vectors.py or `keras-attn export`). Without them the
 // parity test is left out and the unit tests still run.

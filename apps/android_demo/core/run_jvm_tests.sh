@@ -47,9 +47,13 @@ echo "== kotlinc $("$KOTLINC" -version 2>&1 | grep -o 'kotlinc-jvm [0-9.]*' || t
     -cp "$JUNIT_JAR:$HAMCREST_JAR" -d "$WORK/classes" 2>&1 | grep -v -E "^(OpenJDK .*warning|warning: unable to find kotlin-stdlib)" || true
 [ -f "$WORK/classes/dev/kerasattn/core/WordPieceTokenizer.class" ] || { echo "error: compilation failed" >&2; exit 1; }
 
+# The BERT text tables resource: the Python library's file, copied as Gradle's processResources does.
+mkdir -p "$WORK/resources/dev/kerasattn/core"
+cp "$REPO/keras_attn/text/bert_text_tables.txt" "$WORK/resources/dev/kerasattn/core/"
+
 TESTS=$(cd "$CORE/src/test/kotlin" && find . -name '*Test.kt' | sed -e 's|^\./||' -e 's|\.kt$||' -e 's|/|.|g' | sort)
 echo "== JUnit: $(echo $TESTS | wc -w) test classes"
 java -Dgolden.root="$GOLDEN" \
-    -cp "$WORK/classes:$CORE/src/main/resources:$STDLIB:$JUNIT_JAR:$HAMCREST_JAR" \
+    -cp "$WORK/classes:$WORK/resources:$STDLIB:$JUNIT_JAR:$HAMCREST_JAR" \
     org.junit.runner.JUnitCore $TESTS
 echo "== done in $(( $(date +%s) - started )) s"

@@ -162,15 +162,16 @@ def _predictor(model, output=None):
 def write_model(out_dir, task, model, tokenizer, labels, texts, crf=None, predict=None):
     """Writes the four files of one model into `out_dir` and returns the record count."""
     from keras_attn.export import golden_vectors
-    from keras_attn.export import tflite_metadata
+    from keras_attn.export.tflite import tflite_metadata
     from keras_attn.runs import ExportDirectory
+    from keras_attn.runs import ModelCard
     from keras_attn.version import __version__
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "vocab.txt").write_text("\n".join(tokenizer.get_vocabulary()) + "\n",
                                        encoding="utf-8")
     (out_dir / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
-    card = golden_vectors.model_card(
+    card = ModelCard.card_dict(
         task, labels, SEQUENCE_LENGTH, tokenizer, lowercase=tokenizer.lowercase, crf=crf,
         source_run=f"random weights ({pathlib.Path(__file__).name})", version=__version__)
     ExportDirectory(out_dir).write_card(card)
@@ -193,9 +194,9 @@ def main(argv):
     import keras
     import numpy as np
 
-    from keras_attn.export.golden_vectors import crf_card_section
     from keras_attn.models.bert_classifier import BertClassifier
     from keras_attn.models.bert_token_classifier import BertTokenClassifier
+    from keras_attn.runs import ModelCard
     from keras_attn.text.hard_cases import HARD_CASES
     from keras_attn.text.tokenizer import WordPieceTokenizer
 
@@ -232,7 +233,7 @@ def main(argv):
     for weight in (crf_layer.transitions, crf_layer.start_transitions,
                    crf_layer.end_transitions):
         weight.assign(rng.normal(scale=1.5, size=tuple(weight.shape)))
-    crf = crf_card_section(*(keras.ops.convert_to_numpy(w) for w in (
+    crf = ModelCard.crf_section(*(keras.ops.convert_to_numpy(w) for w in (
         crf_layer.transitions, crf_layer.start_transitions, crf_layer.end_transitions)))
     counts["ner_crf"] = write_model(
         out / "ner_crf", "ner", crf_tagger, uncased, NER_LABELS,

@@ -45,7 +45,7 @@ def recorded_logits(records, task, sequence_length):
 
 
 def write_results(model_dir, out_path):
-    from keras_attn.inference.ids_predictor import IdsPredictor
+    from keras_attn.stages.inference.ids_predictor import IdsPredictor
     from keras_attn.runs import ExportDirectory
 
     artifact = model_dir / "model.tflite"  # not read: only its directory's side files are

@@ -21,7 +21,7 @@ import json
 import pathlib
 import sys
 
-from keras_attn.inference.generation_file import file_generator
+from keras_attn.export.tflite.generation_file import file_generator
 
 # Prompts for the toy export (tests/test_generation_exporter.py's `toy_run`: rotations of one
 # line): on its text, across a line end, one character, one the vocabulary lacks ([UNK]),

@@ -2,7 +2,7 @@
 
 Usage: python apps/web_demo/tools/make_test_exports.py OUT_DIR
 
-Trains the demo's two tasks (`keras_attn.demo.demo_config`: the embedded sample data,
+Trains the demo's two tasks (`keras_attn.stages.demo.demo_config`: the embedded sample data,
 sentiment and named entities, length 48) on a 2-layer `bert_tiny` with all-MiniLM-L6-v2's
 WordPiece vocabulary (so the hard cases and real sentences tokenize as in a real export), at a
 learning rate a tiny model learns with, and exports them with `export_run` at the cheapest
@@ -35,13 +35,13 @@ import pathlib
 import sys
 
 from keras_attn import cli
-from keras_attn import demo
-from keras_attn.export.run_exporter import ExportOptions
-from keras_attn.export.run_exporter import export_run
-from keras_attn.quantization.quantization_recipe import QuantizationRecipe
-from keras_attn.training.config import TrainingConfig
+from keras_attn.runs.quantization_recipe import QuantizationRecipe
+from keras_attn.runs.training_config import TrainingConfig
+from keras_attn.stages import demo
+from keras_attn.stages.export_options import ExportOptions
+from keras_attn.stages.run_exporter import export_run
+from keras_attn.stages.train_stage import Trainer
 from keras_attn.training.tasks.task import minilm_directory
-from keras_attn.training.trainer import Trainer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[3]))  # the repository: tests/

@@ -33,8 +33,8 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
 
-from keras_attn.inference.predictor import load_predictor  # noqa: E402
 from keras_attn.runs import ExportDirectory  # noqa: E402
+from keras_attn.stages.inference.predictor import load_predictor  # noqa: E402
 from tests.tolerances import float32_path_atol  # noqa: E402
 
 DEFAULT_FILES = ("model_fp32.tflite", "model_dynamic_int8.tflite", "model_int8.tflite",

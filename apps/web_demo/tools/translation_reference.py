@@ -25,8 +25,8 @@ import sys
 
 import numpy as np
 
-from keras_attn.inference.translation_file import TranslationFile
-from keras_attn.inference.translation_file import runtime_translator
+from keras_attn.export.tflite.translation_file import TranslationFile
+from keras_attn.export.tflite.translation_file import runtime_translator
 from keras_attn.text.joined_word_pieces import JOINER_TOKEN
 from keras_attn.text.joined_word_pieces import JoinedWordPieces
 from keras_attn.text.tokenizer import WordPieceTokenizer

@@ -18,12 +18,12 @@ from keras_attn.errors import KerasAttnError
 from keras_attn.errors import first_line
 from keras_attn.export.artifacts.onnx_artifacts import onnx_logits
 from keras_attn.export.artifacts.tflite_artifacts import tflite_logits
-from keras_attn.export.onnx_export import OnnxRunner
-from keras_attn.export.onnx_metadata import onnx_settings
+from keras_attn.export.onnx.onnx_metadata import onnx_settings
+from keras_attn.export.onnx.onnx_runner import OnnxRunner
 from keras_attn.export.text_tflite import text_interpreter
-from keras_attn.export.tflite_metadata import TFLiteMetadataError
-from keras_attn.export.tflite_metadata import settings_from_tflite
-from keras_attn.export.tflite_runtime import default_signature_runner
+from keras_attn.export.tflite.tflite_metadata import TFLiteMetadataError
+from keras_attn.export.tflite.tflite_metadata import settings_from_tflite
+from keras_attn.export.tflite.tflite_runtime import default_signature_runner
 
 
 class ArtifactLoadError(KerasAttnError, ValueError):

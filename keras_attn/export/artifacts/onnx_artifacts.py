@@ -1,13 +1,13 @@
 """`model.onnx` (float, opset 17, dynamic batch and sequence axes) and
 `model_dynamic_int8.onnx` (onnxruntime's dynamic int8 of it), run by onnxruntime
-(`keras_attn.export.onnx_export`). A CRF tagger exports its emissions; Viterbi runs outside
+(`keras_attn.export.onnx.onnx_export`). A CRF tagger exports its emissions; Viterbi runs outside
 the graph."""
 
 from keras_attn.export.artifacts.artifact_step import ArtifactFile
 from keras_attn.export.artifacts.artifact_step import ArtifactStep
-from keras_attn.export.onnx_export import OnnxRunner
-from keras_attn.export.onnx_export import export_onnx
-from keras_attn.export.onnx_quantization import quantize_onnx_dynamic
+from keras_attn.export.onnx.onnx_export import export_onnx
+from keras_attn.export.onnx.onnx_quantization import quantize_onnx_dynamic
+from keras_attn.export.onnx.onnx_runner import OnnxRunner
 
 ONNX_OPSET = 17
 

@@ -9,9 +9,9 @@ import tempfile
 from keras_attn.export.artifacts.artifact_step import ArtifactFile
 from keras_attn.export.artifacts.onnx_artifacts import ONNX_OPSET
 from keras_attn.export.artifacts.onnx_artifacts import OnnxStep
-from keras_attn.export.onnx_export import export_onnx
-from keras_attn.export.onnx_qdq_export import export_onnx_qdq
-from keras_attn.export.onnx_static_quantization import quantize_onnx_static
+from keras_attn.export.onnx.onnx_export import export_onnx
+from keras_attn.export.onnx.onnx_qdq_export import export_onnx_qdq
+from keras_attn.export.onnx.onnx_static_quantization import quantize_onnx_static
 
 
 class OnnxInt8Step(OnnxStep):

@@ -1,5 +1,5 @@
 """`model_<precision>.tflite`: batch 1, one signature of the export's fixed length, builtin
-ops only (`keras_attn.export.tflite_export`). The float, fp16, dynamic-range int8 and
+ops only (`keras_attn.export.tflite.tflite_export`). The float, fp16, dynamic-range int8 and
 post-training int8 files convert the float model; `model_int8.tflite` converts its calibrated
 twin (the `QuantizationRecipe`)."""
 
@@ -9,10 +9,10 @@ from ai_edge_litert.interpreter import OpResolverType
 
 from keras_attn.export.artifacts.artifact_step import ArtifactFile
 from keras_attn.export.artifacts.artifact_step import ArtifactStep
-from keras_attn.export.tflite_export import export_tflite
-from keras_attn.export.tflite_export import tflite_op_report
-from keras_attn.export.tflite_runtime import BucketedTFLite
-from keras_attn.export.tflite_runtime import default_signature_runner
+from keras_attn.export.tflite.tflite_export import export_tflite
+from keras_attn.export.tflite.tflite_export import tflite_op_report
+from keras_attn.export.tflite.tflite_runtime import BucketedTFLite
+from keras_attn.export.tflite.tflite_runtime import default_signature_runner
 
 FLOAT_MODEL_PRECISIONS = ("fp32", "fp16", "dynamic_int8")
 

@@ -9,12 +9,12 @@ from keras_attn.models.auxiliary_loss_lm import AuxiliaryLossLM
 from keras_attn.models.gpt_backbone import GPTBackbone
 from keras_attn.models.gpt_causal_lm import GPTCausalLM
 from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.runs.config_schema import ConfigError
 from keras_attn.text.character_tokenizer import VOCABULARY_FILE
 from keras_attn.text.character_tokenizer import CharacterTokenizer
 from keras_attn.text.errors import DataError
 from keras_attn.text.text_lines import read_lines
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import ConfigError
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length

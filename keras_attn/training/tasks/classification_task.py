@@ -6,11 +6,11 @@ import numpy as np
 from keras_attn.models.bert_classifier import BertClassifier
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.models.xlnet_classifier import XLNetClassifier
+from keras_attn.runs.task_registry import task_spec
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.labelled_examples import encode_texts
 from keras_attn.text.labelled_examples import score_texts
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.task_registry import task_spec
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length

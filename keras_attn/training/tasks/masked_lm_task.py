@@ -11,11 +11,11 @@ from keras_attn.models.bert_pretrainer import BertPretrainer
 from keras_attn.models.masked_sparse_categorical_crossentropy import (
     MaskedSparseCategoricalCrossentropy,
 )
+from keras_attn.runs.config_schema import ConfigError
 from keras_attn.text.classification_reader import ClassificationReader
 from keras_attn.text.pretraining_data import NextSentencePairs
 from keras_attn.text.raw_text_reader import RawTextReader
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import ConfigError
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length

@@ -8,14 +8,14 @@ from keras_attn.models.masked_sparse_categorical_crossentropy import (
 )
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.models.xlnet_token_classifier import XLNetTokenClassifier
+from keras_attn.runs.config_schema import ConfigError
+from keras_attn.runs.task_registry import task_spec
 from keras_attn.text.conll_reader import ConllReader
 from keras_attn.text.labelled_examples import encode_sentences
 from keras_attn.text.labelled_examples import score_sentences
 from keras_attn.text.ner import IGNORE_LABEL
 from keras_attn.text.ner import first_piece_mask
 from keras_attn.text.tokenizer import WordPieceTokenizer
-from keras_attn.training.config import ConfigError
-from keras_attn.training.task_registry import task_spec
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length

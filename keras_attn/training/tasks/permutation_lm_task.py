@@ -9,7 +9,7 @@ from keras import ops
 from keras_attn.models.permutation_lm_inputs import permutation_lm_inputs
 from keras_attn.models.xlnet_backbone import XLNetBackbone
 from keras_attn.models.xlnet_lm import XLNetLM
-from keras_attn.training.config import ConfigError
+from keras_attn.runs.config_schema import ConfigError
 from keras_attn.training.tasks.causal_lm_task import CausalLMTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length

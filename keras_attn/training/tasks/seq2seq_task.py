@@ -12,6 +12,7 @@ from keras_attn.models.masked_sparse_categorical_crossentropy import (
 )
 from keras_attn.models.seq2seq_transformer import Seq2SeqTransformer
 from keras_attn.quantization.model_queries import activation_quantizers
+from keras_attn.runs.config_schema import ConfigError
 from keras_attn.text.errors import DataError
 from keras_attn.text.joined_word_pieces import JOINER_TOKEN
 from keras_attn.text.joined_word_pieces import JoinedWordPieces
@@ -20,7 +21,6 @@ from keras_attn.text.parallel_corpus import read_parallel_files
 from keras_attn.text.text_lines import read_lines
 from keras_attn.text.tokenizer import WordPieceTokenizer
 from keras_attn.text.vocabulary import DEFAULT_RESERVED_TOKENS
-from keras_attn.training.config import ConfigError
 from keras_attn.training.tasks.task import BertTask
 from keras_attn.training.tasks.task import pad_stack
 from keras_attn.training.tasks.task import padded_length

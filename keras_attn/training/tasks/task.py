@@ -1,6 +1,7 @@
 """What a training task provides to the trainer, and the pieces BERT tasks share."""
 
 import abc
+import functools
 import math
 import os
 import pathlib
@@ -11,14 +12,18 @@ import numpy as np
 from keras_attn.checkpoints.hf_bert import load_hf_bert
 from keras_attn.models.bert_backbone import BertBackbone
 from keras_attn.models.xlnet_backbone import XLNetBackbone
+from keras_attn.quantization.calibration import calibrate_model
 from keras_attn.quantization.model_queries import activation_quantizers
-from keras_attn.quantization.model_queries import max_sequence_length
-from keras_attn.quantization.quantize_model import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
+from keras_attn.runs.config_schema import ConfigError
 from keras_attn.runs.run_directory import RunDirectory
 from keras_attn.runs.run_directory import TokenizerSettings
 from keras_attn.runs.run_directory import continued_run
 from keras_attn.runs.run_directory import output_count
+from keras_attn.runs.task_head import check_length
+from keras_attn.runs.task_head import max_sequence_length
+from keras_attn.runs.task_registry import FINE_TUNING_TASKS
+from keras_attn.runs.task_registry import PRETRAINING_TASKS
 from keras_attn.text.label_vocabulary import LabelVocabulary
 from keras_attn.text.labelled_examples import CALIBRATION_BATCH
 from keras_attn.text.labelled_examples import calibration_sample
@@ -26,10 +31,7 @@ from keras_attn.text.vocabulary import DEFAULT_RESERVED_TOKENS
 from keras_attn.text.vocabulary import load_vocabulary
 from keras_attn.text.vocabulary import save_vocabulary
 from keras_attn.text.vocabulary import train_wordpiece_vocabulary
-from keras_attn.training.batch_stream import BatchStream
-from keras_attn.training.config import ConfigError
-from keras_attn.training.task_registry import FINE_TUNING_TASKS
-from keras_attn.training.task_registry import PRETRAINING_TASKS
+from keras_attn.training.tasks.batch_stream import BatchStream
 
 PAD_MULTIPLE = 8
 
@@ -299,11 +301,9 @@ class BertTask(Task):
                 raise ConfigError(
                     f"{source}: its model has {name}={found[name]!r}, this task needs "
                     f"{value!r} (the run's labels.txt and the data disagree)", self.config.source)
-        if limit is not None and self.config.data.max_length > limit:
-            raise ConfigError(
-                f"data.max_length={self.config.data.max_length} exceeds the "
-                f"max_sequence_length={limit} of the model in {run.path}: use at most {limit}",
-                self.config.source)
+        check_length(self.config.data.max_length, limit, "data.max_length",
+                     f"the model in {run.path}",
+                     error=functools.partial(ConfigError, where=self.config.source))
         self.log(f"continuing from the trained model {run.path / 'model.keras'}")
         return model
 
@@ -340,12 +340,9 @@ class BertTask(Task):
                 f"of the pretrained encoder's weights ({str(error).splitlines()[0]}); only "
                 "override shape-free arguments such as dropout", self.config.source) from None
         limit = getattr(backbone, "max_sequence_length", None)  # XLNet: relative positions
-        if limit is not None and self.config.data.max_length > limit:
-            raise ConfigError(
-                f"data.max_length={self.config.data.max_length} exceeds the "
-                f"max_sequence_length={limit} of the encoder "
-                f"pretrained in {run.path}: use at most {backbone.max_sequence_length}",
-                self.config.source)
+        check_length(self.config.data.max_length, limit, "data.max_length",
+                     f"the encoder pretrained in {run.path}",
+                     error=functools.partial(ConfigError, where=self.config.source))
         self.log(f"fine-tuning the encoder pretrained in {run.path / 'model.keras'}")
         return backbone
 

@@ -9,13 +9,13 @@ from keras import ops
 
 from keras_attn.models.transformer_xl_lm import TransformerXLLM
 from keras_attn.models.transformer_xl_lm import empty_memory
-from keras_attn.quantization.quantize_model import calibrate_model
+from keras_attn.quantization.calibration import calibrate_model
 from keras_attn.quantization.quantize_model import quantize_model
+from keras_attn.runs.config_schema import ConfigError
 from keras_attn.text.errors import DataError
-from keras_attn.training.batch_stream import BatchStream
-from keras_attn.training.character_evaluation import segment_memory_nll
-from keras_attn.training.config import ConfigError
+from keras_attn.training.tasks.batch_stream import BatchStream
 from keras_attn.training.tasks.causal_lm_task import CausalLMTask
+from keras_attn.training.tasks.character_evaluation import segment_memory_nll
 
 
 class SegmentStream(BatchStream):

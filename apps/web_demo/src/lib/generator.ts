@@ -1,7 +1,7 @@
 /**
  * A keras-attn language model `.tflite` file in the browser: a prompt in, its continuation
  * out, streamed as it is decoded, on LiteRT.js; Python's `TextGenerator` on a
- * `GenerationFile` (`keras_attn/text_generation.py`, `keras_attn/inference/generation_file.py`).
+ * `GenerationFile` (`keras_attn/text_generation.py`, `keras_attn/export/tflite/generation_file.py`).
  *
  * The file has one signature, `decode_step`: one token `token_ids` `(1, 1)`, its position
  * `cache_update_index` `(1,)` and the key/value cache `(1, N, 2, M, h, dk)` (zeros at first)

@@ -1,6 +1,6 @@
 /**
  * What a language model `.tflite` file of `keras-attn export` holds (a `causal_lm` run,
- * `keras_attn/export/generation_exporter.py`): its card (`model_card.json`, task
+ * `keras_attn/stages/generation_exporter.py`): its card (`model_card.json`, task
  * `"causal_lm"`) and vocabulary (`characters.json` or `vocab.txt`), embedded in the zip after
  * the flatbuffer, and the limits of a prompt and its continuation in the file's positions
  * (Python `TextGenerator.generate` / `generate_ids`, with the same messages).

@@ -8,7 +8,7 @@ export interface Bucket {
 
 /**
  * The length buckets of a keras-attn `.tflite` file, and the one an input runs on (the Kotlin
- * core's `LengthBuckets`; `keras_attn.export.tflite_export.BucketedTFLite` in Python).
+ * core's `LengthBuckets`; `keras_attn.export.tflite.tflite_export.BucketedTFLite` in Python).
  *
  * `model_<variant>_buckets.tflite` holds one signature per input length over one copy of the
  * weights: `serving_default` at the card's sequence length and `tokens_<n>` for each shorter

@@ -35,7 +35,7 @@ export interface TokenizerSettings {
 
 /**
  * The fields of an exported `model_card.json` that a device needs (written by
- * `keras_attn.export.golden_vectors.model_card`; the Kotlin core's `ModelCard`), checked.
+ * `keras_attn.runs.ModelCard.card_dict`; the Kotlin core's `ModelCard`), checked.
  *
  * Example:
  * ```ts

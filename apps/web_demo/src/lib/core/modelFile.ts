@@ -33,7 +33,7 @@ export function isTFLite(model: Uint8Array): boolean {
 }
 
 /**
- * The files packed into a `.tflite` file (`keras_attn.export.tflite_metadata`): name ->
+ * The files packed into a `.tflite` file (`keras_attn.export.tflite.tflite_metadata`): name ->
  * bytes, in archive order; empty when it carries none (the Kotlin core's
  * `ModelFile.associatedFiles`).
  *

@@ -38,7 +38,7 @@ export type PredictResult = ClassificationResult | NerResult;
 
 /**
  * A classifier's result from its logits, as `keras-attn predict --json` prints it for an
- * ids-in `.tflite` file (`keras_attn.inference.predictor._classification_result`): the
+ * ids-in `.tflite` file (`keras_attn.stages.inference.predictor._classification_result`): the
  * probabilities are the softmax of the float32 logits in float64, the label is the argmax of
  * the probabilities (first on ties).
  *
@@ -69,7 +69,7 @@ export function classificationResult(labels: readonly string[], logits: ArrayLik
 
 /**
  * A tagger's result from its logits, as `keras-attn predict --json` prints it for an ids-in
- * `.tflite` file (`keras_attn.inference.predictor._ner_result` over
+ * `.tflite` file (`keras_attn.stages.inference.predictor._ner_result` over
  * `keras_attn.text.entity_prediction.predict_entities`): the tag of each word's first piece
  * (argmax, or the CRF's Viterbi path in float32 as `keras_attn.layers.crf.viterbi_decode`
  * runs it), IOB2-repaired, and the entity spans.

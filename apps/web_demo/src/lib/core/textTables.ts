@@ -11,7 +11,10 @@ export const CharClass = { WORD: 0, WHITESPACE: 1, REMOVED: 2, SINGLE: 3 } as co
 /** One of the {@link CharClass} values. */
 export type CharClass = (typeof CharClass)[keyof typeof CharClass];
 
-/** Where the bundled tables come from (the Python library's copy, imported, not copied). */
+/**
+ * Where the bundled tables come from: the repository's one copy, the Python library's, imported
+ * here (not copied); the Android core's build copies the same file onto its class path.
+ */
 export const TEXT_TABLES_SOURCE = "keras_attn/text/bert_text_tables.txt";
 
 const EMPTY: readonly number[] = Object.freeze([]);
@@ -50,7 +53,8 @@ class RunTable {
  * up: HF `tokenizers`' `BertNormalizer` (uncased: clean text, NFD, nonspacing marks dropped,
  * lower-cased; cased: clean text only), `BertPreTokenizer`'s classes, and
  * `keras_attn.text.word_splitter`'s classes, as measured and written by
- * `apps/android_demo/tools/make_text_tables.py` (the port of the Kotlin core's `TextTables`).
+ * `tools/make_text_tables.py` into the Python library's file (this class is the port of the
+ * Kotlin core's `TextTables`, which reads the same file).
  * The tables' `normalize_lowercase` / `normalize_strip_accents` sections serve only the
  * Python tokenizer's mixed modes and are not read here.
  *

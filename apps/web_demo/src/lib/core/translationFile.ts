@@ -3,7 +3,7 @@
  * its card (`model_card.json`, task `"seq2seq"`) and vocabulary, embedded in the zip after the
  * flatbuffer; the source ids (`Translator.source_ids` in Python: joined word pieces cut to
  * `max_length - 1`, then `[SEP]`) and the length bucket they run in
- * (`keras_attn/inference/translation_file.py`).
+ * (`keras_attn/export/tflite/translation_file.py`).
  */
 import { ModelAssetError } from "./errors";
 import { type JsonObject, asObject, field, intField, parseJson, stringField, toInts } from "./json";

@@ -2,7 +2,7 @@ package dev.kerasattn.core
 
 /**
  * The fields of an exported `model_card.json` the app needs (written by
- * `keras_attn.export.golden_vectors.model_card`).
+ * `keras_attn.runs.ModelCard.card_dict`).
  *
  * Example:
  * ```

@@ -6,10 +6,10 @@ import java.io.InputStream
  * The per-code-point answers of the reference that the Kotlin tokenizer and word splitter
  * look up: HF `tokenizers`' `BertNormalizer` (uncased: clean text, NFD, nonspacing marks
  * dropped, lower-cased; cased: clean text only), `BertPreTokenizer`'s classes, and
- * `keras_attn.text.word_splitter`'s classes (see `apps/android_demo/tools/make_text_tables.py`,
- * which measures and writes them). The tables' `normalize_lowercase` /
- * `normalize_strip_accents` sections serve only the Python tokenizer's mixed modes and are
- * not read here.
+ * `keras_attn.text.word_splitter`'s classes (see `tools/make_text_tables.py`, which measures
+ * and writes them into `keras_attn/text/bert_text_tables.txt`; the build copies that file
+ * onto the class path). The tables' `normalize_lowercase` / `normalize_strip_accents`
+ * sections serve only the Python tokenizer's mixed modes and are not read here.
  *
  * Tables instead of `java.lang.Character` / `java.text.Normalizer`: those follow the Unicode
  * version of the JVM or of the phone's Android release, and neither has HF's Unicode data or
@@ -69,7 +69,11 @@ class TextTables private constructor(
         const val REMOVED = 2
         const val SINGLE = 3
 
-        /** Where the bundled tables are, as a class-path resource. */
+        /**
+         * Where the bundled tables are, as a class-path resource: the Python library's
+         * `keras_attn/text/bert_text_tables.txt`, copied by the build (Gradle's
+         * `processResources`, `run_jvm_tests.sh`).
+         */
         const val RESOURCE = "/dev/kerasattn/core/bert_text_tables.txt"
 
         private val EMPTY = IntArray(0)
@@ -87,7 +91,8 @@ class TextTables private constructor(
             if (cached != null) return cached
             val stream = TextTables::class.java.getResourceAsStream(RESOURCE)
                 ?: throw AssetException("$RESOURCE is not on the class path: the core library " +
-                    "was packaged without its resources (src/main/resources)")
+                    "was packaged without it (its build copies the Python library's " +
+                    "keras_attn/text/bert_text_tables.txt there)")
             val tables = stream.use { read(it, RESOURCE) }
             bundled = tables
             return tables
