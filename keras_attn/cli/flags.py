@@ -16,17 +16,12 @@ def positive_int(text):
     return _number(text, int, 1, None, "a positive integer")
 
 
-def positive_float(text):
-    """`argparse` type: a finite number > 0."""
-    return _number(text, float, 0, None, "a positive number", above=True)
-
-
-def _number(text, kind, minimum, maximum, what, above=False):
+def _number(text, kind, minimum, maximum, what):
     try:
         value = kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    too_low = minimum is not None and (value <= minimum if above else value < minimum)
+    too_low = minimum is not None and value < minimum
     too_high = maximum is not None and value > maximum
     if too_low or too_high or value != value or value in (math.inf, -math.inf):
         raise argparse.ArgumentTypeError(
